@@ -1,0 +1,157 @@
+// Operations: plain free functions. Every op validates its inputs and throws ember::Error
+// ("[op] what: expected A, got B") on bad input, then runs on the inputs' device. Inputs must
+// share a device. Elementwise ops broadcast like torch and promote dtypes like torch
+// (torch.result_type: dimensioned tensors > 0-dim tensors > Scalars, by category).
+#pragma once
+#include <optional>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "ember/tensor.h"
+
+namespace ember {
+
+// ---- elementwise, unary (float ops on integer inputs compute in float32, like torch) -------
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor silu(const Tensor& x);
+/// approximate: "none" (erf form) or "tanh".
+Tensor gelu(const Tensor& x, std::string_view approximate = "none");
+Tensor tanh(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor erf(const Tensor& x);
+Tensor log1p(const Tensor& x);
+Tensor expm1(const Tensor& x);
+Tensor reciprocal(const Tensor& x);
+Tensor square(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor floor(const Tensor& x);
+Tensor ceil(const Tensor& x);
+Tensor round(const Tensor& x);  // half to even, like torch
+Tensor trunc(const Tensor& x);
+Tensor sign(const Tensor& x);
+Tensor logical_not(const Tensor& x);  // -> kBool
+
+// ---- elementwise, binary (broadcasting, torch type promotion) ---------------------------------
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);  // true division: integers give float32
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);  // NaN propagates
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, Scalar b);
+Tensor sub(const Tensor& a, Scalar b);
+Tensor mul(const Tensor& a, Scalar b);
+Tensor div(const Tensor& a, Scalar b);
+Tensor pow(const Tensor& a, Scalar b);
+/// Comparisons: exact for every integer width (uint64 above 2^63 included); result kBool.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, Scalar b);
+Tensor ne(const Tensor& a, Scalar b);
+Tensor lt(const Tensor& a, Scalar b);
+Tensor le(const Tensor& a, Scalar b);
+Tensor gt(const Tensor& a, Scalar b);
+Tensor ge(const Tensor& a, Scalar b);
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+/// torch.heaviside: values where input == 0, 0 where input < 0, 1 where input > 0. Both inputs
+/// must have the same dtype (torch refuses mixed dtypes); no float promotion.
+Tensor heaviside(const Tensor& input, const Tensor& values);
+/// torch.frexp: x = mantissa * 2^exponent, |mantissa| in [0.5, 1) or 0; (mantissa like x, exponent kInt32).
+std::tuple<Tensor, Tensor> frexp(const Tensor& x);
+namespace special {
+/// Laguerre polynomial L_n(x) by the three-term recurrence; integer inputs promote to float.
+Tensor laguerre_polynomial_l(const Tensor& x, const Tensor& n);
+}  // namespace special
+
+Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi);
+Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi);
+/// cond must be kBool; a and b broadcast and promote.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+/// Casts to a float8 type (or any float type) clamping finite values to its largest finite
+/// value instead of producing NaN/inf (the saturating cast FP8 recipes use); NaN stays NaN.
+Tensor saturate_cast(const Tensor& x, DType dtype);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+Tensor operator+(const Tensor& a, Scalar b);
+Tensor operator-(const Tensor& a, Scalar b);
+Tensor operator*(const Tensor& a, Scalar b);
+Tensor operator/(const Tensor& a, Scalar b);
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+
+/// torch.result_type of two tensors / a tensor and a Scalar.
+DType result_type(const Tensor& a, const Tensor& b);
+DType result_type(const Tensor& a, Scalar b);
+/// The shape two shapes broadcast to; throws ember::Error naming both when they do not.
+std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
+
+// ---- reductions (dims = {} reduces everything) -------------------------------------------------
+/// sum: bool and integer inputs accumulate and return kInt64, like torch; dtype overrides.
+Tensor sum(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false,
+           std::optional<DType> dtype = {});
+Tensor mean(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false);  // float/complex only
+Tensor prod(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false);
+Tensor amax(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false);
+Tensor any(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false);  // -> kBool
+Tensor all(const Tensor& x, std::vector<int64_t> dims = {}, bool keepdim = false);  // -> kBool
+/// Index of the first maximum (NaN counts as the maximum, like torch); kInt64.
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
+/// (values, kInt64 indices). Ties: sorted=true orders by value then by index.
+std::tuple<Tensor, Tensor> topk(const Tensor& x, int64_t k, int64_t dim = -1, bool largest = true,
+                                bool sorted = true);
+/// (values, kInt64 indices); NaN sorts as the largest value, like torch.
+std::tuple<Tensor, Tensor> sort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
+Tensor argsort(const Tensor& x, int64_t dim = -1, bool descending = false, bool stable = false);
+/// Integer inputs accumulate in kInt64 unless dtype says otherwise.
+Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype = {});
+/// torch.histc: float input, `bins` equal bins over [min, max] (max included in the last bin),
+/// values outside ignored; min == max == 0 uses the data's min and max (computed on the device).
+Tensor histc(const Tensor& x, int64_t bins = 100, double min = 0, double max = 0);
+
+// ---- indexing and joining ------------------------------------------------------------------------
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);   // index kInt64/kInt32, 1-D
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);         // index kInt64
+/// Out of place torch.index_add: a copy of x with src's slices added at `index` along dim.
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src, Scalar alpha = 1);
+/// torch.take: index into the flattened C-order input; negative indices wrap.
+Tensor take(const Tensor& input, const Tensor& index);
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+
+// ---- softmax family: float inputs; a fully -inf row gives NaN like torch ----------------------
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+
+// ---- matrix products ---------------------------------------------------------------------------
+/// torch.matmul rules (1-D promotion, batch broadcasting). Float types; f16/bf16 accumulate in f32.
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor mm(const Tensor& a, const Tensor& b);     // [M,K] @ [K,N]
+Tensor bmm(const Tensor& a, const Tensor& b);    // [B,M,K] @ [B,K,N]
+/// x @ weight^T + bias; x [..., K], weight [N, K], bias [N].
+Tensor linear(const Tensor& x, const Tensor& weight, std::optional<Tensor> bias = {});
+
+}  // namespace ember

@@ -1,0 +1,28 @@
+// Dtype-aware comparison of tensors for tests: exact for integer/bool, |a-b| <= atol + rtol*|b|
+// for floats (NaN must match NaN, inf must match inf), with a report of the worst elements.
+#pragma once
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include <ember/ember.h>
+
+namespace ember::test {
+
+struct Tolerance { double rtol, atol; };
+/// Default tolerances per dtype: f64 1e-10, f32 1e-5, f16 1e-3, bf16 1e-2, fp8 0.07 relative.
+Tolerance default_tolerance(DType);
+
+/// Compares `actual` to `expected` (any devices; same sizes; same dtype unless
+/// `allow_dtype_mismatch`). rtol/atol < 0 take the dtype's default.
+::testing::AssertionResult allclose(const Tensor& actual, const Tensor& expected, double rtol = -1, double atol = -1);
+/// Bit-for-bit equal values (NaN payloads ignored: NaN equals NaN).
+::testing::AssertionResult equal(const Tensor& actual, const Tensor& expected);
+
+/// Path of a fixture file under tests/fixtures.
+std::string fixture_path(const std::string& name);
+
+}  // namespace ember::test
+
+#define EXPECT_ALLCLOSE(actual, expected, ...) EXPECT_TRUE(::ember::test::allclose(actual, expected, ##__VA_ARGS__))
+#define EXPECT_TENSOR_EQ(actual, expected) EXPECT_TRUE(::ember::test::equal(actual, expected))
