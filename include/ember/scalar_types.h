@@ -5,19 +5,31 @@
 // The conversions are integer/bit based, apart from the FP8 subnormal step, which relies on
 // IEEE float addition rounding to nearest even (never build ember with -ffast-math).
 #pragma once
-#include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
+
+// Functions marked EMBER_HD compile for the host and, under nvcc, for the device too, so CUDA
+// kernels convert with the very same code (bit-identical results by construction).
+#if defined(__CUDACC__)
+#define EMBER_HD __host__ __device__
+#else
+#define EMBER_HD
+#endif
 
 namespace ember {
 
 namespace detail {
-inline uint32_t float_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-inline float bits_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+EMBER_HD inline uint32_t float_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+EMBER_HD inline float bits_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+EMBER_HD inline bool bits_are_nan(uint32_t u) { return (u & 0x7FFFFFFFu) > 0x7F800000u; }
+// m * 2^e for small integers m (exact: every value here is representable).
+EMBER_HD inline float scaled(uint32_t m, int e) {
+  float v = static_cast<float>(m);
+  return v * bits_float(static_cast<uint32_t>(127 + e) << 23);
+}
 
 // IEEE binary16, round to nearest even; NaN -> 0x7E00 with the input's sign, overflow -> inf.
-inline uint16_t half_from_float(float f) {
+EMBER_HD inline uint16_t half_from_float(float f) {
   const uint32_t x = float_bits(f);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   const uint32_t ax = x & 0x7FFFFFFFu;
@@ -38,28 +50,28 @@ inline uint16_t half_from_float(float f) {
   return sign | static_cast<uint16_t>(q);
 }
 
-inline float half_to_float(uint16_t h) {
+EMBER_HD inline float half_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
   if (exp == 0x1F) return bits_float(sign | 0x7F800000u | (mant << 13));   // inf / NaN
   if (exp == 0) {                                                          // zero / subnormal
-    const float v = std::ldexp(static_cast<float>(mant), -24);
+    const float v = scaled(mant, -24);
     return sign ? -v : v;
   }
   return bits_float(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
 // bfloat16: round to nearest even; any NaN -> 0x7FC0 (c10 round_to_nearest_even).
-inline uint16_t bf16_from_float(float f) {
-  if (std::isnan(f)) return 0x7FC0u;
+EMBER_HD inline uint16_t bf16_from_float(float f) {
   const uint32_t x = float_bits(f);
+  if (bits_are_nan(x)) return 0x7FC0u;
   return static_cast<uint16_t>((x + ((x >> 16) & 1u) + 0x7FFFu) >> 16);
 }
-inline float bf16_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
+EMBER_HD inline float bf16_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
 
 // float8_e4m3fn: bias 7, no inf, NaN = S.1111.111, max 448. Round to nearest even and
 // NOT saturating: anything that rounds past 448 (|x| > 464, inf, NaN) becomes NaN (c10).
-inline uint8_t e4m3fn_from_float(float f) {
+EMBER_HD inline uint8_t e4m3fn_from_float(float f) {
   uint32_t x = float_bits(f);
   const uint32_t sign = x & 0x80000000u;
   x ^= sign;
@@ -76,17 +88,17 @@ inline uint8_t e4m3fn_from_float(float f) {
   }
   return r | static_cast<uint8_t>(sign >> 24);
 }
-inline float e4m3fn_to_float(uint8_t b) {
+EMBER_HD inline float e4m3fn_to_float(uint8_t b) {
   const uint32_t exp = (b >> 3) & 0xFu, mant = b & 7u;
   float v;
-  if (exp == 15 && mant == 7) v = std::numeric_limits<float>::quiet_NaN();
-  else if (exp == 0) v = std::ldexp(static_cast<float>(mant), -9);
-  else v = std::ldexp(static_cast<float>(8 + mant), static_cast<int>(exp) - 10);
+  if (exp == 15 && mant == 7) v = bits_float(0x7FC00000u);
+  else if (exp == 0) v = scaled(mant, -9);
+  else v = scaled(8 + mant, static_cast<int>(exp) - 10);
   return (b & 0x80) ? -v : v;
 }
 
 // float8_e5m2: bias 15, has inf; round to nearest even, overflow -> inf, NaN -> 0x7F|sign (c10).
-inline uint8_t e5m2_from_float(float f) {
+EMBER_HD inline uint8_t e5m2_from_float(float f) {
   uint32_t x = float_bits(f);
   const uint32_t sign = x & 0x80000000u;
   x ^= sign;
@@ -103,16 +115,16 @@ inline uint8_t e5m2_from_float(float f) {
   }
   return r | static_cast<uint8_t>(sign >> 24);
 }
-inline float e5m2_to_float(uint8_t b) { return half_to_float(static_cast<uint16_t>(b) << 8); }
+EMBER_HD inline float e5m2_to_float(uint8_t b) { return half_to_float(static_cast<uint16_t>(b) << 8); }
 }  // namespace detail
 
 #define EMBER_FLOAT_TYPE(Name, Storage, from_fn, to_fn)                                     \
   struct Name {                                                                             \
     Storage bits = 0;                                                                       \
     Name() = default;                                                                       \
-    explicit Name(float f) : bits(detail::from_fn(f)) {}                                    \
-    static Name from_bits(Storage b) { Name v; v.bits = b; return v; }                      \
-    operator float() const { return detail::to_fn(bits); }                                  \
+    EMBER_HD explicit Name(float f) : bits(detail::from_fn(f)) {}                           \
+    EMBER_HD static Name from_bits(Storage b) { Name v; v.bits = b; return v; }             \
+    EMBER_HD operator float() const { return detail::to_fn(bits); }                         \
   };
 
 /// IEEE half (torch.float16).

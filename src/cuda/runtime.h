@@ -1,0 +1,49 @@
+// Internal CUDA runtime helpers shared by the runtime (.cpp) and the kernels (.cu): error
+// checking, the current stream, device properties, capability gating and the device error word.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "ember/cuda.h"
+#include "ember/error.h"
+
+/// Throws ember::Error("[cuda] <call> failed: <cudaGetErrorString>") when a CUDA call fails.
+#define EMBER_CUDA_CHECK(expr)                                                                  \
+  do {                                                                                          \
+    const cudaError_t ember_cuda_status_ = (expr);                                              \
+    if (ember_cuda_status_ != cudaSuccess) ::ember::cuda::throw_cuda_error(#expr, ember_cuda_status_); \
+  } while (0)
+/// After a kernel launch: throws if the launch failed.
+#define EMBER_CUDA_CHECK_LAUNCH() EMBER_CUDA_CHECK(cudaGetLastError())
+
+namespace ember::cuda {
+
+[[noreturn]] void throw_cuda_error(const char* call, cudaError_t status);
+
+/// The raw cudaStream_t of the current stream of `device` (-1: current device).
+cudaStream_t current_raw_stream(int device = -1);
+/// Cached cudaDeviceProp of a device.
+const cudaDeviceProp& device_properties(int device);
+/// compute capability as major*10+minor (90 for sm_90).
+int compute_capability(int device);
+/// Whether capability-gated fast paths (wgmma/TMA on sm_90, FP8 tensor cores on sm_89+) may run:
+/// false when EMBER_DISABLE_FAST_PATHS=1 or the device lacks the capability `min_capability`.
+/// EMBER_FORCE_FAST_PATHS=1 on a device without the capability throws instead of being ignored.
+bool fast_paths_enabled(int device, int min_capability);
+
+/// Device error word: kernels that meet bad user data they cannot report synchronously (an
+/// index out of range) write a code here with atomicExch/atomicCAS and skip the element, never
+/// reading out of bounds. The runtime checks the word at every host synchronisation point
+/// (copy to host, synchronize(), Stream/Event synchronize) and throws ember::Error describing
+/// the first error, then clears it.
+struct DeviceError {
+  int code;         // 0: none; DeviceErrorCode otherwise
+  long long value;  // the offending value (e.g. the index)
+  long long bound;  // the valid bound (e.g. the size of the indexed dim)
+};
+enum DeviceErrorCode : int { kNoDeviceError = 0, kIndexOutOfRange = 1 };
+/// Device pointer to the error word of `device` (allocated once, zeroed).
+DeviceError* device_error_word(int device);
+/// Throws if a kernel recorded an error on `device` (reads the word; call after a sync).
+void check_device_error(int device);
+
+}  // namespace ember::cuda
