@@ -185,8 +185,10 @@ void wait_for_pending_frees(DeviceState& s, std::unique_lock<std::mutex>& lock) 
   process_events_locked(s);
 }
 
-/// cudaFree of every cached segment that is entirely free.
-void release_free_segments(DeviceState& s) {
+/// Takes every cached segment that is entirely free out of the pools and the statistics; the
+/// caller frees the returned pointers with free_segments once the mutex is released.
+std::vector<void*> detach_free_segments(DeviceState& s) {
+  std::vector<void*> segments;
   for (Pool* pool : {&s.small_pool, &s.large_pool}) {
     for (auto it = pool->begin(); it != pool->end();) {
       Block* block = *it;
@@ -194,12 +196,18 @@ void release_free_segments(DeviceState& s) {
         ++it;
         continue;
       }
-      EMBER_CUDA_CHECK(cudaFree(block->ptr));
+      segments.push_back(block->ptr);
       s.reserved -= block->size;
       it = pool->erase(it);
       delete block;
     }
   }
+  return segments;
+}
+
+/// cudaFree waits for the whole device, so it never runs under the mutex.
+void free_segments(const std::vector<void*>& segments) {
+  for (void* ptr : segments) EMBER_CUDA_CHECK(cudaFree(ptr));
 }
 
 Block* allocate_cached(DeviceState& s, size_t size, cudaStream_t stream) {
@@ -264,16 +272,10 @@ cudaEvent_t take_event(DeviceState& s) {
   return event;
 }
 
+/// Frees an allocated block of the caching pools (direct blocks are handled by deallocate).
 void release_block(DeviceState& s, Block* block, int device) {
   block->allocated = false;
   s.allocated -= block->size;
-  if (block->pool == nullptr) {
-    s.reserved -= block->size;
-    const cudaError_t status = cudaFree(block->ptr);
-    delete block;
-    if (status != cudaSuccess) throw_cuda_error("cudaFree", status);
-    return;
-  }
   if (block->stream_uses.empty()) {
     free_block(block);
     return;
@@ -336,7 +338,10 @@ void* allocate(size_t nbytes, Device device) {
   if (block == nullptr) {
     // Out of memory: give the cached segments back to the driver and try once more.
     allocator::wait_for_pending_frees(s, lock);
-    allocator::release_free_segments(s);
+    const std::vector<void*> segments = allocator::detach_free_segments(s);
+    lock.unlock();
+    allocator::free_segments(segments);
+    lock.lock();
     block = attempt();
   }
   if (block == nullptr) {
@@ -355,15 +360,25 @@ void deallocate(void* ptr, Device device) {
   // Runs in destructors: errors are reported, never thrown.
   try {
     allocator::DeviceState& s = allocator::state_of(device.index);
-    std::lock_guard lock(s.mutex);
-    const auto it = s.live.find(ptr);
-    if (it == s.live.end()) {
-      std::fprintf(stderr, "ember: [deallocate] pointer %p was not allocated by ember on cuda:%d\n", ptr, device.index);
-      return;
+    {
+      std::lock_guard lock(s.mutex);
+      const auto it = s.live.find(ptr);
+      if (it == s.live.end()) {
+        std::fprintf(stderr, "ember: [deallocate] pointer %p was not allocated by ember on cuda:%d\n", ptr, device.index);
+        return;
+      }
+      allocator::Block* block = it->second;
+      s.live.erase(it);
+      if (block->pool != nullptr) {
+        allocator::release_block(s, block, device.index);
+        return;
+      }
+      s.allocated -= block->size;
+      s.reserved -= block->size;
+      delete block;
     }
-    allocator::Block* block = it->second;
-    s.live.erase(it);
-    allocator::release_block(s, block, device.index);
+    // A direct allocation: cudaFree (which waits for the device) outside the mutex.
+    EMBER_CUDA_CHECK(cudaFree(ptr));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ember: [deallocate] freeing %p on cuda:%d failed: %s\n", ptr, device.index, e.what());
   }
@@ -403,7 +418,9 @@ void empty_cache() {
     if (s.reserved == 0) continue;  // never used: leave its context uncreated
     DeviceGuard guard(d);
     allocator::wait_for_pending_frees(s, lock);
-    allocator::release_free_segments(s);
+    const std::vector<void*> segments = allocator::detach_free_segments(s);
+    lock.unlock();
+    allocator::free_segments(segments);
   }
 }
 

@@ -120,6 +120,8 @@ std::vector<cudaStream_t>& thread_current_streams() {
 struct ErrorWord {
   std::once_flag created;
   std::atomic<DeviceError*> word{nullptr};
+  // Reads and clears the word without waiting for the legacy default stream's work.
+  cudaStream_t stream = nullptr;
 };
 
 std::vector<ErrorWord>& error_words() {
@@ -226,11 +228,12 @@ DeviceError* device_error_word(int device) {
   ErrorWord& w = error_words()[static_cast<size_t>(d)];
   std::call_once(w.created, [&] {
     DeviceGuard guard(d);
+    EMBER_CUDA_CHECK(cudaStreamCreateWithFlags(&w.stream, cudaStreamNonBlocking));
     void* word = nullptr;
     EMBER_CUDA_CHECK(cudaMalloc(&word, sizeof(DeviceError)));
     // Zeroed and finished before any kernel (on any stream) can see the pointer.
-    EMBER_CUDA_CHECK(cudaMemsetAsync(word, 0, sizeof(DeviceError), nullptr));
-    EMBER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    EMBER_CUDA_CHECK(cudaMemsetAsync(word, 0, sizeof(DeviceError), w.stream));
+    EMBER_CUDA_CHECK(cudaStreamSynchronize(w.stream));
     w.word.store(static_cast<DeviceError*>(word));
   });
   return w.word.load();
@@ -238,14 +241,16 @@ DeviceError* device_error_word(int device) {
 
 void check_device_error(int device) {
   const int d = resolve_device(device, "check_device_error");
-  DeviceError* word = error_words()[static_cast<size_t>(d)].word.load();
+  const ErrorWord& w = error_words()[static_cast<size_t>(d)];
+  DeviceError* word = w.word.load();
   if (word == nullptr) return;  // no kernel has asked for the word, so none wrote it
   DeviceGuard guard(d);
   DeviceError error{};
-  EMBER_CUDA_CHECK(cudaMemcpy(&error, word, sizeof(DeviceError), cudaMemcpyDeviceToHost));
+  EMBER_CUDA_CHECK(cudaMemcpyAsync(&error, word, sizeof(DeviceError), cudaMemcpyDeviceToHost, w.stream));
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(w.stream));
   if (error.code == kNoDeviceError) return;
-  EMBER_CUDA_CHECK(cudaMemsetAsync(word, 0, sizeof(DeviceError), nullptr));
-  EMBER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  EMBER_CUDA_CHECK(cudaMemsetAsync(word, 0, sizeof(DeviceError), w.stream));
+  EMBER_CUDA_CHECK(cudaStreamSynchronize(w.stream));
   if (error.code == kIndexOutOfRange) {
     fail("cuda", "index out of range (reported by a kernel on cuda:{}): expected an index in [{}, {}), got {}", d,
          -error.bound, error.bound, error.value);
