@@ -7,7 +7,8 @@
 //   linspace f32/f64: step = (end - start) / (steps - 1) in the type; out[i] = fma(step, i, start)
 //     for i < steps / 2, else fma(-step, steps - 1 - i, end) (both endpoints exact).
 //   linspace f16/bf16: start, end rounded to the type; step in float; out[i] = start + step * i
-//     (or end - step * (steps - 1 - i)) in float, not fused, then rounded to the type.
+//     (or end - step * (steps - 1 - i)) in float, then rounded to the type; fused for bf16, not
+//     fused for f16.
 //   linspace integers: start, end converted to the type, step in double, the same two-sided
 //     formula fused in double, truncated.
 //   logspace: exponent = start + step * i (two-sided, double, not fused) with step =
@@ -84,9 +85,13 @@ template <class T> void linear(double start, double end, const Tensor& out) {
     const float s = static_cast<float>(T(static_cast<float>(start)));
     const float e = static_cast<float>(T(static_cast<float>(end)));
     const float step = (e - s) / static_cast<float>(n - 1);
-    fill_range<T>(out, [=](int64_t i) {
-      return T(i < n / 2 ? s + step * static_cast<float>(i) : e - step * static_cast<float>(n - 1 - i));
-    });
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      fill_range<T>(out, [=](int64_t i) { return T(linspace_fused(s, e, step, i, n)); });
+    } else {
+      fill_range<T>(out, [=](int64_t i) {
+        return T(i < n / 2 ? s + step * static_cast<float>(i) : e - step * static_cast<float>(n - 1 - i));
+      });
+    }
   } else if constexpr (is_linspace_integer_v<T>) {
     const T s = static_cast<T>(static_cast<int64_t>(start)), e = static_cast<T>(static_cast<int64_t>(end));
     const double step = (static_cast<double>(e) - static_cast<double>(s)) / static_cast<double>(n - 1);
@@ -109,8 +114,12 @@ template <class T> void logarithmic(double start, double end, double base, const
     // end - start in the type's own arithmetic (16-bit types: float, then rounded back).
     const Real diff = Real(static_cast<compute_t<Real>>(e) - static_cast<compute_t<Real>>(s));
     const double step = static_cast<double>(static_cast<compute_t<Real>>(diff)) / static_cast<double>(n - 1);
-    const double sd = static_cast<compute_t<Real>>(s), ed = static_cast<compute_t<Real>>(e);
-    fill_range<T>(out, [=](int64_t i) { return convert<T>(std::pow(base, exponent(sd, ed, step, i))); });
+    // Captured in the type and widened per element: GCC 12's SLP vectoriser folds a paired
+    // double -> float -> double round trip at the capture site into no rounding at all.
+    const compute_t<Real> sc = static_cast<compute_t<Real>>(s), ec = static_cast<compute_t<Real>>(e);
+    fill_range<T>(out, [=](int64_t i) {
+      return convert<T>(std::pow(base, exponent(static_cast<double>(sc), static_cast<double>(ec), step, i)));
+    });
   } else if constexpr (is_linspace_integer_v<T>) {
     const T s = static_cast<T>(static_cast<int64_t>(start)), e = static_cast<T>(static_cast<int64_t>(end));
     const double step = static_cast<double>(e - s) / static_cast<double>(n - 1);

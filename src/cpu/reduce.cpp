@@ -279,7 +279,7 @@ void histc(const Tensor& x, int64_t bins, double min, double max, const Tensor& 
       const Tensor xc = x.contiguous();
       const T* data = xc.data_ptr<T>();
       const int64_t n = xc.numel();
-      if (min == 0 && max == 0 && n > 0) {  // the data's range; NaN makes it non-finite
+      if (min == max && n > 0) {  // the data's range, like torch; NaN makes it non-finite
         V lo = std::numeric_limits<V>::infinity(), hi = -lo;
         bool nan = false;
         for (int64_t i = 0; i < n; ++i) {

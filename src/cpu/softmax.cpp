@@ -28,7 +28,8 @@ void softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) {
         double sum = 0;
         if (log) {
           for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(std::exp(shifted[i]));
-          const C log_sum = static_cast<C>(std::log(sum));
+          // torch rounds the row sum and its log to the input type (no-ops for float/double).
+          const C log_sum = static_cast<C>(T(std::log(static_cast<C>(T(static_cast<C>(sum))))));
           for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(o[0] + i * so) = T(shifted[i] - log_sum);
         } else {
           for (int64_t i = 0; i < n; ++i) {

@@ -143,9 +143,10 @@ Tensor histc(const Tensor& x, int64_t bins, double min, double max) {
   const DType d = x.dtype();
   EMBER_CHECK(is_floating_point(d) && !is_fp8(d), "histc", "dtype: expected float16, bfloat16, float32 or float64, got {}", name(d));
   EMBER_CHECK(bins > 0, "histc", "bins: expected > 0, got {}", bins);
+  // torch uses the data's range whenever min == max (0 and 0 being the default).
   EMBER_CHECK(!(min > max), "histc", "range: expected max >= min, got min {} and max {}", min, max);
-  EMBER_CHECK(std::isfinite(min) && std::isfinite(max), "histc", "range [{}, {}]: expected finite bounds, got a non-finite one",
-              min, max);
+  EMBER_CHECK(min == max || (std::isfinite(min) && std::isfinite(max)), "histc",
+              "range [{}, {}]: expected finite bounds, got a non-finite one", min, max);
   Tensor out = empty({bins}, d, x.device());
   EMBER_DISPATCH(x.device(), histc, x, bins, min, max, out);
   return out;
