@@ -5,6 +5,7 @@
 #include "ember/dtype.h"
 #include "ember/error.h"
 #include "ember/ops.h"
+#include "ember/safetensors.h"
 #include "ember/scalar.h"
 #include "ember/scalar_types.h"
 #include "ember/tensor.h"

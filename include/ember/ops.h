@@ -154,4 +154,24 @@ Tensor bmm(const Tensor& a, const Tensor& b);    // [B,M,K] @ [B,K,N]
 /// x @ weight^T + bias; x [..., K], weight [N, K], bias [N].
 Tensor linear(const Tensor& x, const Tensor& weight, std::optional<Tensor> bias = {});
 
+// ---- FP8 ---------------------------------------------------------------------------------------
+/// How quantize_fp8 groups values under one scale.
+enum class Fp8Granularity {
+  Tensorwise,  // one scale: shape [] (numel 1)
+  Rowwise,     // one scale per row of the last two dims: shape [..., M, 1]
+  Block128,    // one scale per 128x128 block of the last two dims: [..., ceil(M/128), ceil(K/128)]
+};
+/// (q, scale) with x ~= q * scale: scale = amax(|x|) / max(dtype) per group (amax clamped to
+/// 1e-12, the recipe FP8 checkpoints use), q = saturate_cast(x / scale). Float input; scale fp32.
+std::tuple<Tensor, Tensor> quantize_fp8(const Tensor& x, Fp8Granularity granularity, DType dtype = kFloat8_e4m3fn);
+/// q * scale as `out_dtype`, for any of the three scale layouts of quantize_fp8.
+Tensor dequantize_fp8(const Tensor& q, const Tensor& scale, DType out_dtype = kFloat32);
+/// torch._scaled_mm / F.scaled_mm: out = (a * scale_a) @ (b * scale_b) (+ bias), cast to out_dtype.
+/// a [M, K] and b [K, N] fp8 (e4m3fn or e5m2; b is typically w.t() of a [N, K] weight);
+/// scale_a / scale_b are fp32 DECODING scales: numel 1 each (tensorwise) or scale_a (M, 1) and
+/// scale_b (1, N), contiguous (rowwise). bias [N] must have out_dtype (bf16 or f16 out) and is
+/// refused for f32 or fp8 out. out_dtype: f32, f16, bf16 or e4m3fn (saturating). K == 0 gives zeros.
+Tensor scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                 std::optional<Tensor> bias = {}, DType out_dtype = kBFloat16);
+
 }  // namespace ember

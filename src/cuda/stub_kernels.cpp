@@ -27,9 +27,11 @@ void index_add(const Tensor&, int64_t, const Tensor&, const Tensor&, const Scala
 void take(const Tensor&, const Tensor&, const Tensor&) { no_cuda("take"); }
 void softmax(const Tensor&, int64_t, bool, const Tensor&) { no_cuda("softmax"); }
 void bmm(const Tensor&, const Tensor&, const Tensor&) { no_cuda("bmm"); }
+void baddbmm(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("baddbmm"); }
 void arange(double, double, const Tensor&) { no_cuda("arange"); }
 void linspace(double, double, bool, double, const Tensor&) { no_cuda("linspace"); }
 void random(RandomKind, uint64_t, const Tensor&) { no_cuda("random"); }
 void randint(int64_t, int64_t, uint64_t, const Tensor&) { no_cuda("randint"); }
+void scaled_mm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("scaled_mm"); }
 
 }  // namespace ember::cuda

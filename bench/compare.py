@@ -1,0 +1,34 @@
+"""Joins the JSON lines of ember's and PyTorch's benchmark runs into one table of ratios
+(speedup = torch time / ember time) with the geometric mean per op. Usage: compare.py FILE..."""
+import json
+import math
+import sys
+from collections import defaultdict
+
+
+def main():
+    rows = defaultdict(dict)
+    for path in sys.argv[1:]:
+        for line in open(path):
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            r = json.loads(line)
+            rows[(r["op"], r["case"])][r["impl"]] = r
+    by_op = defaultdict(list)
+    print(f"{'op':8} {'case':24} {'torch us':>9} {'ember us':>9} {'speedup':>8} {'ember GB/s':>10} {'rel err':>9}")
+    for (op, case), impls in rows.items():
+        t, e = impls.get("torch"), impls.get("ember")
+        if not t or not e or "us" not in e or "us" not in t:
+            print(f"{op:8} {case:24} missing: {sorted(impls)} {e.get('error', '') if e else ''}")
+            continue
+        s = t["us"] / e["us"]
+        by_op[op].append(s)
+        print(f"{op:8} {case:24} {t['us']:9.2f} {e['us']:9.2f} {s:8.2f} {e['gbps']:10.0f} {e.get('rel_err', -1):9.1e}")
+    for op, speedups in by_op.items():
+        geo = math.exp(sum(map(math.log, speedups)) / len(speedups))
+        print(f"{op}: {len(speedups)} cases, geomean speedup {geo:.3f}x, min {min(speedups):.3f}x, max {max(speedups):.3f}x")
+
+
+if __name__ == "__main__":
+    main()

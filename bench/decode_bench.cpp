@@ -1,0 +1,132 @@
+// ember side of the decode benchmark (bench/run_decode.sh runs it next to bench/torch_decode.py
+// in one device call). Reads cases ("gemv 1xKxN K N", "softmax ROWS VOCAB") from stdin, prints
+// one JSON object per case. Method, identical to the PyTorch script: a CUDA graph of a run of
+// calls over inputs rotated through more than 4x the L2 (so HBM is measured, not the cache),
+// replayed 15 times after a warm-up; the median replay divided by the number of calls.
+// Each case is first checked against the CPU backend (small shapes) so a fast wrong kernel
+// cannot report a number.
+#include <cuda_runtime.h>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <functional>
+#include <iostream>
+#include <sstream>
+#include <vector>
+
+#include <ember/ember.h>
+
+using namespace ember;
+
+namespace {
+
+constexpr int64_t kL2Bytes = 60ll << 20;
+constexpr int kReplays = 15;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(fmt::format("{}: {}", what, cudaGetErrorString(e)));
+}
+
+int64_t copies_for(int64_t nbytes) { return std::max<int64_t>(1, std::min<int64_t>(64, (4 * kL2Bytes + nbytes - 1) / std::max<int64_t>(nbytes, 1))); }
+
+// Median microseconds per call of a CUDA graph that runs each function once.
+double time_graph(const std::vector<std::function<void()>>& calls) {
+  const cuda::Stream stream = cuda::get_stream_from_pool();
+  cuda::StreamGuard guard(stream);
+  for (const auto& f : calls) f();  // warm-up: fills the allocator cache and library handles
+  stream.synchronize();
+  auto s = static_cast<cudaStream_t>(stream.handle());
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "begin capture");
+  for (const auto& f : calls) f();
+  check(cudaStreamEndCapture(s, &graph), "end capture");
+  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  check(cudaGraphLaunch(exec, s), "launch");
+  stream.synchronize();
+  std::vector<double> times;
+  for (int r = 0; r < kReplays; ++r) {
+    cuda::Event a, b;
+    a.record(stream);
+    check(cudaGraphLaunch(exec, s), "launch");
+    b.record(stream);
+    b.synchronize();
+    times.push_back(a.elapsed_time(b) * 1e3 / static_cast<double>(calls.size()));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  std::nth_element(times.begin(), times.begin() + kReplays / 2, times.end());
+  return times[kReplays / 2];
+}
+
+// Max |gpu - cpu| / max |cpu| of one call, the CPU computing in float32.
+double check_against_cpu(const Tensor& gpu, const Tensor& cpu_reference) {
+  const auto g = gpu.to(Device::cpu()).to(kFloat64).contiguous().to_vector<double>();
+  const auto c = cpu_reference.to(kFloat64).contiguous().to_vector<double>();
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < g.size(); ++i) { err = std::max(err, std::abs(g[i] - c[i])); scale = std::max(scale, std::abs(c[i])); }
+  return err / std::max(scale, 1e-30);
+}
+
+void bench_gemv(const std::string& orientation, int64_t k, int64_t n) {
+  const Device gpu = Device::cuda();
+  const int64_t nbytes = k * n * 2, copies = copies_for(nbytes), n_calls = std::max<int64_t>(copies, 20);
+  const bool row_vector = orientation == "1xKxN";
+  std::vector<Tensor> ws;
+  for (int64_t c = 0; c < copies; ++c)
+    ws.push_back(row_vector ? randn({k, n}, kBFloat16, gpu, 100 + c) : randn({n, k}, kBFloat16, gpu, 100 + c));
+  const Tensor x = row_vector ? randn({1, k}, kBFloat16, gpu, 7) : randn({k, 1}, kBFloat16, gpu, 7);
+  double rel_err = -1;
+  if (k * n <= (64ll << 20)) {
+    const Tensor out = row_vector ? mm(x, ws[0]) : mm(ws[0], x);
+    const Tensor xc = x.to(Device::cpu()).to(kFloat32), wc = ws[0].to(Device::cpu()).to(kFloat32);
+    rel_err = check_against_cpu(out, row_vector ? mm(xc, wc) : mm(wc, xc));
+  }
+  std::vector<std::function<void()>> calls;
+  for (int64_t i = 0; i < n_calls; ++i) {
+    const Tensor& w = ws[i % copies];
+    calls.push_back(row_vector ? std::function<void()>([&x, &w] { mm(x, w); }) : std::function<void()>([&x, &w] { mm(w, x); }));
+  }
+  const double us = time_graph(calls);
+  fmt::print("{{\"impl\": \"ember\", \"op\": \"gemv\", \"case\": \"{} {} {}\", \"us\": {:.3f}, \"gbps\": {:.1f}, \"rel_err\": {:.2e}}}\n",
+             orientation, k, n, us, nbytes / us / 1e3, rel_err);
+}
+
+void bench_softmax(int64_t rows, int64_t vocab) {
+  const Device gpu = Device::cuda();
+  const int64_t nbytes = rows * vocab * 4 * 2, copies = copies_for(nbytes), n_calls = std::max<int64_t>(copies, 20);
+  std::vector<Tensor> xs;
+  for (int64_t c = 0; c < copies; ++c) xs.push_back(randn({rows, vocab}, kFloat32, gpu, 200 + c));
+  const double rel_err = check_against_cpu(softmax(xs[0], -1), softmax(xs[0].to(Device::cpu()), -1));
+  std::vector<std::function<void()>> calls;
+  for (int64_t i = 0; i < n_calls; ++i) {
+    const Tensor& x = xs[i % copies];
+    calls.push_back([&x] { softmax(x, -1); });
+  }
+  const double us = time_graph(calls);
+  fmt::print("{{\"impl\": \"ember\", \"op\": \"softmax\", \"case\": \"{} {}\", \"us\": {:.3f}, \"gbps\": {:.1f}, \"rel_err\": {:.2e}}}\n",
+             rows, vocab, us, nbytes / us / 1e3, rel_err);
+}
+
+}  // namespace
+
+int main() {
+  if (!cuda::is_available()) {
+    fmt::print(stderr, "decode_bench needs a GPU: {}\n", cuda::availability().reason);
+    return 1;
+  }
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream in(line);
+    std::string op;
+    in >> op;
+    try {
+      if (op == "gemv") { std::string o; int64_t k, n; in >> o >> k >> n; bench_gemv(o, k, n); }
+      else if (op == "softmax") { int64_t r, v; in >> r >> v; bench_softmax(r, v); }
+    } catch (const std::exception& e) {
+      fmt::print("{{\"impl\": \"ember\", \"op\": \"{}\", \"case\": \"{}\", \"error\": \"{}\"}}\n", op, line, e.what());
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}

@@ -1,0 +1,86 @@
+"""PyTorch side of the decode benchmark: same cases and the same timing method as ember's
+bench/decode_bench.cpp (CUDA-graph replay of a run of calls, inputs rotated through more than
+4x the L2 so HBM is measured, median of replays). Prints one JSON object per case."""
+import json
+import statistics
+import sys
+
+import torch
+
+from shapes import SOFTMAX, gemv_cases
+
+L2_BYTES = 60 * 2**20
+REPLAYS = 15
+
+
+def time_graph(fn_list):
+    """Median microseconds per call of a graph that runs every fn in fn_list once."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for fn in fn_list:  # warm-up (library handles, workspaces)
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for fn in fn_list:
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(REPLAYS):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / len(fn_list))
+    return statistics.median(times)
+
+
+def copies_for(nbytes):
+    return max(1, min(64, -(-4 * L2_BYTES // max(nbytes, 1))))
+
+
+def bench_gemv(orientation, k, n, dtype=torch.bfloat16):
+    nbytes = k * n * 2
+    c = copies_for(nbytes)
+    calls = max(c, 20)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    if orientation == "1xKxN":
+        ws = [torch.randn(k, n, device="cuda", dtype=dtype, generator=gen) for _ in range(c)]
+        x = torch.randn(1, k, device="cuda", dtype=dtype, generator=gen)
+        outs = [torch.empty(1, n, device="cuda", dtype=dtype) for _ in range(c)]
+        fns = [lambda i=i: torch.mm(x, ws[i % c], out=outs[i % c]) for i in range(calls)]
+    else:
+        ws = [torch.randn(n, k, device="cuda", dtype=dtype, generator=gen) for _ in range(c)]
+        x = torch.randn(k, 1, device="cuda", dtype=dtype, generator=gen)
+        outs = [torch.empty(n, 1, device="cuda", dtype=dtype) for _ in range(c)]
+        fns = [lambda i=i: torch.mm(ws[i % c], x, out=outs[i % c]) for i in range(calls)]
+    us = time_graph(fns)
+    return {"op": "gemv", "case": f"{orientation} {k} {n}", "us": us, "gbps": nbytes / us / 1e3}
+
+
+def bench_softmax(rows, vocab):
+    nbytes = rows * vocab * 4 * 2
+    c = copies_for(nbytes)
+    calls = max(c, 20)
+    xs = [torch.randn(rows, vocab, device="cuda") for _ in range(c)]
+    outs = [torch.empty_like(xs[0]) for _ in range(c)]
+    fns = [lambda i=i: torch.softmax(xs[i % c], -1, out=outs[i % c]) for i in range(calls)]
+    us = time_graph(fns)
+    return {"op": "softmax", "case": f"{rows} {vocab}", "us": us, "gbps": nbytes / us / 1e3}
+
+
+def main():
+    which = sys.argv[1:] or ["gemv", "softmax"]
+    if "gemv" in which:
+        for o, k, n in gemv_cases():
+            print(json.dumps({"impl": "torch", **bench_gemv(o, k, n)}), flush=True)
+    if "softmax" in which:
+        for r, v in SOFTMAX:
+            print(json.dumps({"impl": "torch", **bench_softmax(r, v)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

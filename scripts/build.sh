@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Configures and builds ember into build/ (or $EMBER_BUILD_DIR). Extra arguments go to cmake.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${EMBER_BUILD_DIR:-build}
+# nvcc is usually outside PATH on Debian's CUDA installs; the CUDA backend builds when it is found.
+if [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export CUDACXX=/usr/local/cuda/bin/nvcc
+fi
+cmake -S . -B "$build_dir" -G Ninja "$@"
+cmake --build "$build_dir" -j "$(nproc)"

@@ -1,0 +1,276 @@
+// Decode GEMV: y[n] = sum_k x[k] * W(n, k) (+ bias[n]) for one row x, in f32, f16 or bf16 with
+// f32 accumulation. Bandwidth-bound: the goal is reading W once at HBM speed (H200 ~4.2 TB/s).
+//
+// Two kernels, by which way the matrix is unit-stride:
+//   rows_kernel    W unit-stride along K (nn.Linear weight [N, K], i.e. x @ W^T, or W @ x with
+//                  W row-major). A group of threads owns one output row and streams it with
+//                  16-byte loads; groups are 32..256 threads wide depending on N, so small-N
+//                  shapes still fill the GPU; the group reduces by warp shuffles (+ shared memory).
+//   columns_kernel W unit-stride along N (x @ B with B [K, N] row-major). Each thread owns 16
+//                  bytes of consecutive outputs and walks a slice of K; 8 slices per block are
+//                  summed in shared memory. When the grid of column tiles is too small to fill
+//                  the GPU, K is also split over blocks (gridDim.y); partial sums go to a
+//                  workspace and the last block of each column tile (an atomic ticket) adds them.
+//
+// Versions tried (see docs/PERF.md for the numbers): v1 one warp per row for every N (small-N
+// shapes left most SMs idle) -> v2 group width chosen from N so the grid has >= 2 waves.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "cuda/gemv.h"
+#include "cuda/runtime.h"
+
+namespace ember::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <class T> __device__ __forceinline__ float to_float(T v) { return static_cast<float>(v); }
+template <> __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+template <class T> __device__ __forceinline__ T from_float(float v) { return static_cast<T>(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half from_float(float v) { return __float2half_rn(v); }
+
+// 16 bytes of T.
+template <class T> struct alignas(16) Vec { T v[16 / sizeof(T)]; };
+template <class T> constexpr int kVec = 16 / sizeof(T);
+
+template <class T> __device__ __forceinline__ float dot16(const Vec<T>& a, const Vec<T>& b, float acc) {
+#pragma unroll
+  for (int i = 0; i < kVec<T>; ++i) acc = fmaf(to_float(a.v[i]), to_float(b.v[i]), acc);
+  return acc;
+}
+
+// rows: GROUP threads per output row; kThreads / GROUP rows per block. VEC: 16-byte loads
+// (needs K % kVec == 0 and 16-byte aligned rows); otherwise one element per load.
+template <class T, int GROUP, bool VEC>
+__global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ w, int64_t ldw, const T* __restrict__ x,
+                                                        const T* __restrict__ bias, T* __restrict__ y, int64_t n_rows,
+                                                        int64_t k) {
+  constexpr int kRowsPerBlock = kThreads / GROUP;
+  const int lane = threadIdx.x % GROUP;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / GROUP;
+  float acc = 0.f;
+  if (row < n_rows) {
+    const T* wr = w + row * ldw;
+    if constexpr (VEC) {
+      const int64_t n_vec = k / kVec<T>;
+      const auto* wv = reinterpret_cast<const Vec<T>*>(wr);
+      const auto* xv = reinterpret_cast<const Vec<T>*>(x);
+      int64_t i = lane;
+      // Four independent 16-byte loads in flight per thread before the first use.
+      for (; i + 3 * GROUP < n_vec; i += 4 * GROUP) {
+        Vec<T> w0 = wv[i], w1 = wv[i + GROUP], w2 = wv[i + 2 * GROUP], w3 = wv[i + 3 * GROUP];
+        Vec<T> x0 = xv[i], x1 = xv[i + GROUP], x2 = xv[i + 2 * GROUP], x3 = xv[i + 3 * GROUP];
+        acc = dot16(w0, x0, acc);
+        acc = dot16(w1, x1, acc);
+        acc = dot16(w2, x2, acc);
+        acc = dot16(w3, x3, acc);
+      }
+      for (; i < n_vec; i += GROUP) acc = dot16(wv[i], xv[i], acc);
+    } else {
+      for (int64_t i = lane; i < k; i += GROUP) acc = fmaf(to_float(wr[i]), to_float(x[i]), acc);
+    }
+  }
+  // Reduce within the group: shuffles inside each warp, then shared memory across warps.
+#pragma unroll
+  for (int off = (GROUP < 32 ? GROUP : 32) / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if constexpr (GROUP > 32) {
+    __shared__ float partial[kThreads / 32];
+    const int warp = threadIdx.x / 32;
+    if (threadIdx.x % 32 == 0) partial[warp] = acc;
+    __syncthreads();
+    if (lane == 0) {
+      acc = 0.f;
+#pragma unroll
+      for (int j = 0; j < GROUP / 32; ++j) acc += partial[warp + j];
+    }
+  }
+  if (lane == 0 && row < n_rows) {
+    if (bias) acc += to_float(bias[row]);
+    y[row] = from_float<T>(acc);
+  }
+}
+
+constexpr int kSlices = 8;  // K slices per block in the columns kernel
+
+// columns: each thread owns VW consecutive outputs (VW = kVec or 1), 32 threads across a tile,
+// kSlices slices of K down the block; gridDim.y splits K further.
+template <class T, bool VEC>
+__global__ void __launch_bounds__(kThreads) columns_kernel(const T* __restrict__ b, int64_t ldb, const T* __restrict__ x,
+                                                           const T* __restrict__ bias, T* __restrict__ y, int64_t n,
+                                                           int64_t k, int64_t k_per_split, float* __restrict__ partial,
+                                                           unsigned* __restrict__ tickets) {
+  constexpr int VW = VEC ? kVec<T> : 1;
+  constexpr int kTile = 32 * VW;
+  const int col_thread = threadIdx.x % 32, slice = threadIdx.x / 32;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kTile + col_thread * VW;
+  const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * k_per_split;
+  const int64_t k_end = min(k, k_begin + k_per_split);
+  float acc[VW];
+#pragma unroll
+  for (int j = 0; j < VW; ++j) acc[j] = 0.f;
+  if (col0 < n) {
+    int64_t kk = k_begin + slice;
+    if constexpr (VEC) {
+      for (; kk + 3 * kSlices < k_end; kk += 4 * kSlices) {
+        Vec<T> r[4];
+        float xs[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          r[u] = *reinterpret_cast<const Vec<T>*>(b + (kk + u * kSlices) * ldb + col0);
+          xs[u] = to_float(x[kk + u * kSlices]);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+#pragma unroll
+          for (int j = 0; j < VW; ++j) acc[j] = fmaf(xs[u], to_float(r[u].v[j]), acc[j]);
+      }
+      for (; kk < k_end; kk += kSlices) {
+        const Vec<T> r = *reinterpret_cast<const Vec<T>*>(b + kk * ldb + col0);
+        const float xk = to_float(x[kk]);
+#pragma unroll
+        for (int j = 0; j < VW; ++j) acc[j] = fmaf(xk, to_float(r.v[j]), acc[j]);
+      }
+    } else {
+      for (; kk < k_end; kk += kSlices) acc[0] = fmaf(to_float(x[kk]), to_float(b[kk * ldb + col0]), acc[0]);
+    }
+  }
+  // Sum the kSlices slices of this block.
+  __shared__ float sums[kSlices][kTile];
+#pragma unroll
+  for (int j = 0; j < VW; ++j) sums[slice][col_thread * VW + j] = acc[j];
+  __syncthreads();
+  const bool split = gridDim.y > 1;
+  for (int t = threadIdx.x; t < kTile; t += kThreads) {
+    float s = 0.f;
+#pragma unroll
+    for (int sl = 0; sl < kSlices; ++sl) s += sums[sl][t];
+    const int64_t col = static_cast<int64_t>(blockIdx.x) * kTile + t;
+    if (col >= n) continue;
+    if (split) {
+      partial[blockIdx.y * n + col] = s;
+    } else {
+      if (bias) s += to_float(bias[col]);
+      y[col] = from_float<T>(s);
+    }
+  }
+  if (!split) return;
+  // Last block of this column tile (by ticket) adds the gridDim.y partial sums.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&tickets[blockIdx.x], 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int t = threadIdx.x; t < kTile; t += kThreads) {
+    const int64_t col = static_cast<int64_t>(blockIdx.x) * kTile + t;
+    if (col >= n) continue;
+    float s = 0.f;
+    for (unsigned sp = 0; sp < gridDim.y; ++sp) s += __ldcg(&partial[sp * n + col]);
+    if (bias) s += to_float(bias[col]);
+    y[col] = from_float<T>(s);
+  }
+  if (threadIdx.x == 0) tickets[blockIdx.x] = 0;  // ready for the next launch
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+int target_blocks(int device) { return 2 * device_properties(device).multiProcessorCount * (2048 / kThreads); }
+
+template <class T, int GROUP>
+void launch_rows_group(const T* w, int64_t ldw, const T* x, const T* bias, T* y, int64_t n_rows, int64_t k, bool vec,
+                       cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned>((n_rows + kThreads / GROUP - 1) / (kThreads / GROUP));
+  if (vec) rows_kernel<T, GROUP, true><<<blocks, kThreads, 0, stream>>>(w, ldw, x, bias, y, n_rows, k);
+  else rows_kernel<T, GROUP, false><<<blocks, kThreads, 0, stream>>>(w, ldw, x, bias, y, n_rows, k);
+}
+
+template <class T>
+void launch_rows(const T* w, int64_t ldw, const T* x, const T* bias, T* y, int64_t n_rows, int64_t k, int device,
+                 cudaStream_t stream) {
+  const bool vec = k % kVec<T> == 0 && ldw % kVec<T> == 0 && aligned16(w) && aligned16(x);
+  // The widest group whose grid still gives every SM two waves of blocks.
+  const int64_t want = target_blocks(device) / 2;
+  if (n_rows >= want * 8) launch_rows_group<T, 32>(w, ldw, x, bias, y, n_rows, k, vec, stream);
+  else if (n_rows >= want * 4) launch_rows_group<T, 64>(w, ldw, x, bias, y, n_rows, k, vec, stream);
+  else if (n_rows >= want * 2) launch_rows_group<T, 128>(w, ldw, x, bias, y, n_rows, k, vec, stream);
+  else launch_rows_group<T, 256>(w, ldw, x, bias, y, n_rows, k, vec, stream);
+}
+
+template <class T>
+void launch_columns(const T* b, int64_t ldb, const T* x, const T* bias, T* y, int64_t n, int64_t k, int device,
+                    cudaStream_t stream) {
+  const bool vec = n % kVec<T> == 0 && ldb % kVec<T> == 0 && aligned16(b) && aligned16(y);
+  const int64_t tile = vec ? 32 * kVec<T> : 32;
+  const int64_t tiles = (n + tile - 1) / tile;
+  // Split K over blocks until the grid fills the GPU, keeping >= 4 rows of K per slice.
+  int64_t splits = std::max<int64_t>(1, target_blocks(device) / std::max<int64_t>(tiles, 1));
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, k / (4 * kSlices)));
+  splits = std::min<int64_t>(splits, 65535);
+  const int64_t k_per_split = (k + splits - 1) / splits;
+  splits = (k + k_per_split - 1) / k_per_split;
+  Tensor partial, tickets;
+  if (splits > 1) {
+    partial = empty({splits * n}, kFloat32, Device::cuda(device));
+    tickets = zeros({tiles}, kInt32, Device::cuda(device));
+  }
+  auto* p = splits > 1 ? partial.data_ptr<float>() : nullptr;
+  auto* t = splits > 1 ? reinterpret_cast<unsigned*>(tickets.data_ptr<int32_t>()) : nullptr;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
+  if (vec) columns_kernel<T, true><<<grid, kThreads, 0, stream>>>(b, ldb, x, bias, y, n, k, k_per_split, p, t);
+  else columns_kernel<T, false><<<grid, kThreads, 0, stream>>>(b, ldb, x, bias, y, n, k, k_per_split, p, t);
+}
+
+// The element type the kernels use for each ember dtype.
+template <class F> void dispatch_gemv_type(DType d, F&& f) {
+  if (d == kFloat32) f(static_cast<float*>(nullptr));
+  else if (d == kFloat16) f(static_cast<__half*>(nullptr));
+  else f(static_cast<__nv_bfloat16*>(nullptr));
+}
+
+}  // namespace
+
+bool gemv_applies(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const DType d = out.dtype();
+  if (d != kFloat32 && d != kFloat16 && d != kBFloat16) return false;
+  if (a.dtype() != d || b.dtype() != d || a.size(0) != 1) return false;
+  const int64_t m = a.size(1), k = a.size(2), n = b.size(2);
+  if (k == 0 || (m != 1 && n != 1)) return false;
+  if (m == 1) {  // x @ B: x = a row, out a row
+    return (a.stride(2) == 1 || k == 1) && (out.stride(2) == 1 || n == 1) && (b.stride(1) == 1 || b.stride(2) == 1);
+  }
+  // A @ y: y = b column, out a column
+  return (b.stride(1) == 1 || k == 1) && (out.stride(1) == 1) && (a.stride(2) == 1 || a.stride(1) == 1);
+}
+
+void gemv(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
+  const int device = out.device().index;
+  cudaStream_t stream = current_raw_stream(device);
+  const int64_t m = a.size(1), k = a.size(2), n = b.size(2);
+  dispatch_gemv_type(out.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const T* bias_ptr = bias.defined() ? static_cast<const T*>(bias.raw_data()) : nullptr;
+    T* y = static_cast<T*>(out.raw_data());
+    const T* a_ptr = static_cast<const T*>(a.raw_data());
+    const T* b_ptr = static_cast<const T*>(b.raw_data());
+    if (m == 1) {  // y[n] = sum_k x[k] B[k, n]
+      if (b.stride(1) == 1 && (n == 1 || b.stride(2) != 1 || k == 1))
+        launch_rows<T>(b_ptr, b.stride(2), a_ptr, bias_ptr, y, n, k, device, stream);
+      else
+        launch_columns<T>(b_ptr, b.stride(1), a_ptr, bias_ptr, y, n, k, device, stream);
+    } else {  // y[m] = sum_k A[m, k] v[k]
+      if (a.stride(2) == 1)
+        launch_rows<T>(a_ptr, a.stride(1), b_ptr, bias_ptr, y, m, k, device, stream);
+      else
+        launch_columns<T>(a_ptr, a.stride(2), b_ptr, bias_ptr, y, m, k, device, stream);
+    }
+  });
+  EMBER_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ember::cuda

@@ -1,0 +1,314 @@
+// scaled_mm on CUDA: out = (a * scale_a) @ (b * scale_b) (+ bias) for FP8 a [M, K], b [K, N].
+//
+// Three paths, chosen per call:
+//   fp8_gemv    M <= 4, b = w.t() of a row-major weight w [N, K] (the decode layout), both
+//               e4m3fn, out f32/f16/bf16. Reads each weight byte once with 16-byte loads and
+//               decodes with the hardware fp8x2 -> half2 conversion; a group of threads owns one
+//               output column (= weight row) for all M rows. Half of bf16 GEMV's bytes.
+//   cuBLASLt    compute capability >= 8.9 (FP8 tensor cores), "TN" layout (a row-major, b
+//               column-major), fast paths enabled: cublasLtMatmul with FP8 inputs, tensorwise
+//               scale pointers or outer-vector (rowwise) scales, bias epilogue.
+//   generic     anything else (older GPUs, other layouts, e5m2 x e5m2, fp8 output): decode both
+//               operands to f32, one cuBLAS f32 GEMM, then the scale/bias/cast epilogue kernel.
+// Versions tried: see docs/PERF.md.
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <mutex>
+#include <vector>
+
+#include "backend.h"
+#include "cuda/runtime.h"
+#include "ember/ops.h"
+
+namespace ember::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <class T> __device__ __forceinline__ float to_f(T v) { return static_cast<float>(v); }
+template <> __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <> __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+template <class T> __device__ __forceinline__ T from_f(float v) { return static_cast<T>(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half from_f(float v) { return __float2half_rn(v); }
+
+// 16 e4m3 bytes (one uint4) -> 16 floats, two at a time through the hardware converter.
+__device__ __forceinline__ void decode16(const uint4& q, float (&f)[16]) {
+  const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const auto pair = static_cast<__nv_fp8x2_storage_t>(words[w] >> (16 * h));
+      const float2 v = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
+      f[w * 4 + h * 2] = v.x;
+      f[w * 4 + h * 2 + 1] = v.y;
+    }
+  }
+}
+
+template <int M, int GROUP, class OutT>
+__global__ void __launch_bounds__(kThreads) fp8_gemv(const uint8_t* __restrict__ w, int64_t ldw,
+                                                     const uint8_t* __restrict__ a, int64_t lda, int64_t n, int64_t k,
+                                                     const float* __restrict__ scale_a, bool scale_a_per_row,
+                                                     const float* __restrict__ scale_b, bool scale_b_per_col,
+                                                     const OutT* __restrict__ bias, OutT* __restrict__ out, int64_t ldo) {
+  constexpr int kUnroll = M <= 2 ? 4 : 2;
+  const int lane = threadIdx.x % GROUP;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * (kThreads / GROUP) + threadIdx.x / GROUP;
+  float acc[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[m] = 0.f;
+  if (col < n) {
+    const auto* wv = reinterpret_cast<const uint4*>(w + col * ldw);
+    const int64_t n_vec = k / 16;
+    for (int64_t i0 = lane; i0 < n_vec; i0 += kUnroll * GROUP) {
+      uint4 wq[kUnroll], aq[kUnroll][M];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t i = i0 + u * GROUP;
+        wq[u] = i < n_vec ? wv[i] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int m = 0; m < M; ++m)
+          aq[u][m] = i < n_vec ? reinterpret_cast<const uint4*>(a + m * lda)[i] : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        float wf[16];
+        decode16(wq[u], wf);
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          float af[16];
+          decode16(aq[u][m], af);
+#pragma unroll
+          for (int j = 0; j < 16; ++j) acc[m] = fmaf(af[j], wf[j], acc[m]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int off = (GROUP < 32 ? GROUP : 32) / 2; off > 0; off /= 2) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], off);
+  if constexpr (GROUP > 32) {
+    __shared__ float partial[M][kThreads / 32];
+    const int warp = threadIdx.x / 32;
+    if (threadIdx.x % 32 == 0)
+#pragma unroll
+      for (int m = 0; m < M; ++m) partial[m][warp] = acc[m];
+    __syncthreads();
+    if (lane == 0)
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        acc[m] = 0.f;
+#pragma unroll
+        for (int j = 0; j < GROUP / 32; ++j) acc[m] += partial[m][warp + j];
+      }
+  }
+  if (lane == 0 && col < n) {
+    const float sb = scale_b[scale_b_per_col ? col : 0];
+    const float bv = bias ? to_f(bias[col]) : 0.f;
+#pragma unroll
+    for (int m = 0; m < M; ++m) out[m * ldo + col] = from_f<OutT>(acc[m] * scale_a[scale_a_per_row ? m : 0] * sb + bv);
+  }
+}
+
+template <int M, class OutT>
+void launch_gemv_m(const Tensor& a, const Tensor& b, const Tensor& sa, const Tensor& sb, const Tensor& bias,
+                   const Tensor& out, cudaStream_t stream, int sms) {
+  const int64_t n = out.size(1), k = a.size(1);
+  const auto* w = static_cast<const uint8_t*>(b.raw_data());
+  const auto* ap = static_cast<const uint8_t*>(a.raw_data());
+  const auto* bias_p = bias.defined() ? static_cast<const OutT*>(bias.raw_data()) : nullptr;
+  auto* o = static_cast<OutT*>(out.raw_data());
+  const bool row_scale = sa.numel() > 1, col_scale = sb.numel() > 1;
+  // 32-thread groups when the grid still has two waves of blocks, else 128 (small N).
+  if (n >= int64_t{2} * sms * 8 * 8) {
+    const auto blocks = static_cast<unsigned>((n + 7) / 8);
+    fp8_gemv<M, 32, OutT><<<blocks, kThreads, 0, stream>>>(w, b.stride(1), ap, a.stride(0), n, k, sa.data_ptr<float>(),
+                                                          row_scale, sb.data_ptr<float>(), col_scale, bias_p, o, out.stride(0));
+  } else {
+    const auto blocks = static_cast<unsigned>((n + 1) / 2);
+    fp8_gemv<M, 128, OutT><<<blocks, kThreads, 0, stream>>>(w, b.stride(1), ap, a.stride(0), n, k, sa.data_ptr<float>(),
+                                                           row_scale, sb.data_ptr<float>(), col_scale, bias_p, o, out.stride(0));
+  }
+  EMBER_CUDA_CHECK_LAUNCH();
+}
+
+template <class OutT>
+void launch_gemv(const Tensor& a, const Tensor& b, const Tensor& sa, const Tensor& sb, const Tensor& bias,
+                 const Tensor& out, cudaStream_t stream, int sms) {
+  switch (a.size(0)) {
+    case 1: return launch_gemv_m<1, OutT>(a, b, sa, sb, bias, out, stream, sms);
+    case 2: return launch_gemv_m<2, OutT>(a, b, sa, sb, bias, out, stream, sms);
+    case 3: return launch_gemv_m<3, OutT>(a, b, sa, sb, bias, out, stream, sms);
+    default: return launch_gemv_m<4, OutT>(a, b, sa, sb, bias, out, stream, sms);
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+bool gemv_layout(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const int64_t k = a.size(1);
+  return a.size(0) <= 4 && a.dtype() == kFloat8_e4m3fn && b.dtype() == kFloat8_e4m3fn && !is_fp8(out.dtype()) &&
+         a.stride(1) == 1 && b.stride(0) == 1 && out.stride(1) == 1 && k % 16 == 0 && a.stride(0) % 16 == 0 &&
+         b.stride(1) % 16 == 0 && aligned16(a.raw_data()) && aligned16(b.raw_data());
+}
+
+// ---- epilogue: out = cast(acc * scale_a[m] * scale_b[n] + bias[n]), saturating for fp8 ----------
+template <class OutT>
+__global__ void scale_epilogue(const float* __restrict__ acc, int64_t m, int64_t n, const float* __restrict__ sa,
+                               bool sa_rows, const float* __restrict__ sb, bool sb_cols, const OutT* __restrict__ bias,
+                               OutT* __restrict__ out, int64_t ldo) {
+  const int64_t total = m * n;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = idx / n, j = idx % n;
+    float v = acc[idx] * sa[sa_rows ? i : 0] * sb[sb_cols ? j : 0];
+    if (bias) v += to_f(bias[j]);
+    if constexpr (std::is_same_v<OutT, __nv_fp8_storage_t>) {
+      out[i * ldo + j] = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+    } else {
+      out[i * ldo + j] = from_f<OutT>(v);
+    }
+  }
+}
+
+void launch_epilogue(const Tensor& acc, const Tensor& sa, const Tensor& sb, const Tensor& bias, const Tensor& out,
+                     cudaStream_t stream) {
+  const int64_t m = out.size(0), n = out.size(1);
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((m * n + 255) / 256, 65535));
+  auto go = [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    scale_epilogue<T><<<blocks, 256, 0, stream>>>(acc.data_ptr<float>(), m, n, sa.data_ptr<float>(), sa.numel() > 1,
+                                                  sb.data_ptr<float>(), sb.numel() > 1,
+                                                  bias.defined() ? static_cast<const T*>(bias.raw_data()) : nullptr,
+                                                  static_cast<T*>(out.raw_data()), out.stride(0));
+  };
+  switch (out.dtype()) {
+    case kFloat32: go(static_cast<float*>(nullptr)); break;
+    case kFloat16: go(static_cast<__half*>(nullptr)); break;
+    case kBFloat16: go(static_cast<__nv_bfloat16*>(nullptr)); break;
+    default: go(static_cast<__nv_fp8_storage_t*>(nullptr)); break;
+  }
+  EMBER_CUDA_CHECK_LAUNCH();
+}
+
+// ---- cuBLASLt ------------------------------------------------------------------------------------
+#define EMBER_CUBLASLT_CHECK(expr)                                                                       \
+  do {                                                                                                  \
+    const cublasStatus_t st_ = (expr);                                                                  \
+    if (st_ != CUBLAS_STATUS_SUCCESS) fail("scaled_mm", "{} failed: expected CUBLAS_STATUS_SUCCESS, got {}", #expr, static_cast<int>(st_)); \
+  } while (0)
+
+cublasLtHandle_t lt_handle(int device) {
+  static std::mutex mutex;
+  static std::vector<cublasLtHandle_t> handles;
+  std::lock_guard lock(mutex);
+  if (handles.size() <= static_cast<size_t>(device)) handles.resize(device + 1, nullptr);
+  if (!handles[device]) EMBER_CUBLASLT_CHECK(cublasLtCreate(&handles[device]));
+  return handles[device];
+}
+
+cudaDataType_t lt_type(DType d) {
+  switch (d) {
+    case kFloat8_e4m3fn: return CUDA_R_8F_E4M3;
+    case kFloat8_e5m2: return CUDA_R_8F_E5M2;
+    case kFloat16: return CUDA_R_16F;
+    case kBFloat16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+  }
+}
+
+bool lt_layout(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const int64_t k = a.size(1);
+  // cuBLASLt FP8 wants "TN" (a row-major, b column-major), 16-byte aligned leading dims, and at
+  // least one e4m3 operand.
+  return a.stride(1) == 1 && b.stride(0) == 1 && out.stride(1) == 1 && k % 16 == 0 && a.stride(0) % 16 == 0 &&
+         b.stride(1) % 16 == 0 && out.stride(0) == out.size(1) &&
+         (a.dtype() == kFloat8_e4m3fn || b.dtype() == kFloat8_e4m3fn);
+}
+
+// RAII owners for the cuBLASLt descriptors of one call.
+struct LtDesc { cublasLtMatmulDesc_t h = nullptr; ~LtDesc() { if (h) cublasLtMatmulDescDestroy(h); } };
+struct LtLayout { cublasLtMatrixLayout_t h = nullptr; ~LtLayout() { if (h) cublasLtMatrixLayoutDestroy(h); } };
+struct LtPref { cublasLtMatmulPreference_t h = nullptr; ~LtPref() { if (h) cublasLtMatmulPreferenceDestroy(h); } };
+
+template <class T> void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const T& value) {
+  EMBER_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &value, sizeof(T)));
+}
+
+// Runs D[N x M] (column-major, = out [M, N] row-major) = op(W)(N x K) * A^T(K x M) with the FP8
+// operands and the given scales. Returns false when cuBLASLt has no algorithm for the call.
+bool lt_matmul(const Tensor& a, const Tensor& b, const Tensor& sa, const Tensor& sb, const Tensor& bias,
+               const Tensor& out, cudaStream_t stream, int device) {
+  const bool vector_scales = sa.numel() > 1 || sb.numel() > 1;
+  if (vector_scales && (sa.numel() == 1 || sb.numel() == 1)) return false;  // mixed: generic path
+  const int64_t m = a.size(0), k = a.size(1), n = out.size(1);
+  LtDesc desc;
+  EMBER_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&desc.h, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set_attr(desc.h, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
+  set_attr(desc.h, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+  // Lt's A is ember's b (op(A) has N rows), Lt's B is ember's a (M columns).
+  set_attr(desc.h, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(sb.data_ptr<float>()));
+  set_attr(desc.h, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(sa.data_ptr<float>()));
+  if (vector_scales) {
+    set_attr(desc.h, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F);
+    set_attr(desc.h, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F);
+  }
+  if (bias.defined()) {
+    set_attr(desc.h, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
+    set_attr(desc.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias.raw_data()));
+    set_attr(desc.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, lt_type(bias.dtype()));
+  }
+  LtLayout la, lb, ld;
+  EMBER_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&la.h, lt_type(b.dtype()), k, n, b.stride(1)));
+  EMBER_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&lb.h, lt_type(a.dtype()), k, m, a.stride(0)));
+  EMBER_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&ld.h, lt_type(out.dtype()), n, m, out.stride(0)));
+  constexpr size_t kWorkspace = 32u << 20;
+  LtPref pref;
+  EMBER_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref.h));
+  EMBER_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWorkspace,
+                                                            sizeof(kWorkspace)));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  if (cublasLtMatmulAlgoGetHeuristic(lt_handle(device), desc.h, la.h, lb.h, ld.h, ld.h, pref.h, 1, &heuristic, &found) !=
+          CUBLAS_STATUS_SUCCESS ||
+      found == 0) {
+    return false;
+  }
+  const Tensor workspace = empty({static_cast<int64_t>(kWorkspace)}, kUInt8, out.device());
+  const float alpha = 1.f, beta = 0.f;
+  EMBER_CUBLASLT_CHECK(cublasLtMatmul(lt_handle(device), desc.h, &alpha, b.raw_data(), la.h, a.raw_data(), lb.h, &beta,
+                                      out.raw_data(), ld.h, out.raw_data(), ld.h, &heuristic.algo, workspace.raw_data(),
+                                      kWorkspace, stream));
+  return true;
+}
+
+}  // namespace
+
+void scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b, const Tensor& bias,
+               const Tensor& out) {
+  const int device = out.device().index;
+  cudaStream_t stream = current_raw_stream(device);
+  if (gemv_layout(a, b, out)) {
+    const int sms = device_properties(device).multiProcessorCount;
+    switch (out.dtype()) {
+      case kFloat32: return launch_gemv<float>(a, b, scale_a, scale_b, bias, out, stream, sms);
+      case kFloat16: return launch_gemv<__half>(a, b, scale_a, scale_b, bias, out, stream, sms);
+      default: return launch_gemv<__nv_bfloat16>(a, b, scale_a, scale_b, bias, out, stream, sms);
+    }
+  }
+  if (!is_fp8(out.dtype()) && lt_layout(a, b, out) && fast_paths_enabled(device, 89) &&
+      lt_matmul(a, b, scale_a, scale_b, bias, out, stream, device)) {
+    return;
+  }
+  // Generic: exact decode to f32, one f32 GEMM, then scales, bias and the cast.
+  const Tensor acc = mm(a.to(kFloat32), b.to(kFloat32)).contiguous();
+  launch_epilogue(acc, scale_a, scale_b, bias, out, stream);
+}
+
+}  // namespace ember::cuda

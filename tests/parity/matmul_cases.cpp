@@ -1,0 +1,42 @@
+// Parity cases for the matrix products: CUDA against the CPU (BLAS) reference.
+#include "parity/harness.h"
+
+namespace ember::test {
+namespace {
+
+// float32 sums that cancel differ by summation order: absolute tolerance on top of relative.
+EMBER_PARITY_CASE_TOL(matmul_f32_odd, 1e-5, 1e-4, {
+  return {matmul(randn_on(d, {37, 129}, kFloat32, 1), randn_on(d, {129, 65}, kFloat32, 2))};
+});
+EMBER_PARITY_CASE_TOL(matmul_f32_transposed_views, 1e-5, 1e-4, {
+  const Tensor a = randn_on(d, {3, 70, 45}, kFloat32, 3).transpose(1, 2);
+  const Tensor b = randn_on(d, {33, 70}, kFloat32, 4).t();
+  return {matmul(a, b)};
+});
+EMBER_PARITY_CASE(matmul_bf16_broadcast_batch, {
+  return {matmul(randn_on(d, {2, 1, 33, 64}, kBFloat16, 5), randn_on(d, {3, 64, 17}, kBFloat16, 6))};
+});
+EMBER_PARITY_CASE(matmul_f16_vectors, {
+  const Tensor v = randn_on(d, {96}, kFloat16, 7), m = randn_on(d, {4, 96, 24}, kFloat16, 8);
+  return {matmul(v, m), matmul(m.transpose(1, 2), v), matmul(v, v)};
+});
+EMBER_PARITY_CASE(matmul_f64_batched_vector, {
+  return {matmul(randn_on(d, {5, 7, 31}, kFloat64, 9), randn_on(d, {31}, kFloat64, 10))};
+});
+EMBER_PARITY_CASE_TOL(bmm_c64, 1e-5, 1e-4, {
+  return {bmm(randn_on(d, {6, 19, 40}, kComplex64, 11), randn_on(d, {6, 40, 23}, kComplex64, 12))};
+});
+EMBER_PARITY_CASE(matmul_int32_exact, {
+  return {matmul(randint_on(d, -50, 50, {4, 9, 37}, kInt32, 13), randint_on(d, -50, 50, {37, 11}, kInt32, 14))};
+});
+EMBER_PARITY_CASE(linear_bf16_bias, {
+  const Tensor x = randn_on(d, {3, 5, 96}, kBFloat16, 15), w = randn_on(d, {40, 96}, kBFloat16, 16);
+  return {linear(x, w, randn_on(d, {40}, kBFloat16, 17)), linear(x, w)};
+});
+EMBER_PARITY_CASE(linear_single_row_f16, {  // the decode GEMV shape: one row, bias fused
+  const Tensor x = randn_on(d, {1, 256}, kFloat16, 18), w = randn_on(d, {130, 256}, kFloat16, 19);
+  return {linear(x, w, randn_on(d, {130}, kFloat16, 20))};
+});
+
+}  // namespace
+}  // namespace ember::test
