@@ -6,16 +6,6 @@
 // std::complex, usable in device code). Device code cannot define __device__ lambdas inside the
 // generic dispatch lambdas, so kernels take functor structs.
 #pragma once
-// fmt 9 under nvcc in C++20: EDG cannot evaluate fmt's consteval format-string checks, and
-// fmt turns FMT_CONSTEXPR off for __NVCC__, which gcc then rejects. These make fmt check format
-// strings at run time and keep its constexpr helpers constexpr, in the CUDA translation units
-// only. This header is included first by every src/cuda/*.cu file.
-#ifndef FMT_CONSTEVAL
-#define FMT_CONSTEVAL
-#endif
-#ifndef FMT_USE_CONSTEXPR
-#define FMT_USE_CONSTEXPR 1
-#endif
 #include <cuda/std/complex>
 #include <cuda_runtime.h>
 

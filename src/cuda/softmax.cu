@@ -1,12 +1,16 @@
 // CUDA softmax and log_softmax along one dim.
 //
 // Rows are the positions of the other dims (an OffsetCalc over them gives the x and out
-// offsets), elements of a row are `stride(dim)` apart. Three passes per row in the compute type
-// (float for f16/bf16/f32, double for f64): the NaN-propagating max, the sum of exp(x - max),
-// then exp(x - max) / sum or (x - max) - log(sum). A row of -inf (or holding NaN or +inf)
-// gives NaN like torch. A row whose elements are dense in memory is reduced by one block; rows
-// along a strided dim by one thread each, so neighbouring threads read neighbouring memory.
+// offsets), elements of a row are `stride(dim)` apart. Three passes per row with the CPU
+// backend's arithmetic: the max and exp(x - max) in the compute type (float for f16/bf16/f32,
+// double for f64), their sum in double, then exp(x - max) * (1 / sum), or (x - max) - log(sum)
+// with the sum and its log rounded to the input type as torch does. A row of -inf (or holding
+// NaN or +inf) gives NaN like torch. A row whose elements are dense in memory is reduced by one
+// block; rows along a strided dim by one thread each, so neighbouring threads read
+// neighbouring memory.
+// Few long dense rows (decode over a vocabulary) go to the split-row kernel of softmax_decode.h.
 #include "cuda/loops.cuh"
+#include "cuda/softmax_decode.h"
 
 namespace ember::cuda {
 namespace {
@@ -31,9 +35,25 @@ template <class T> __device__ void store(char* row, int64_t j, int64_t stride, c
   *reinterpret_cast<T*>(row + j * stride) = convert<T>(v);
 }
 
+/// Writes elements first, first + step, ... of a row given its max and sum of exponentials.
+template <class T>
+__device__ void write_row(const char* x, char* out, const SoftmaxArgs& a, compute_t<T> m, double sum, int64_t first, int64_t step) {
+  using C = compute_t<T>;
+  if (a.log) {
+    const C log_sum = static_cast<C>(T(std::log(static_cast<C>(T(static_cast<C>(sum))))));
+    for (int64_t j = first; j < a.n; j += step) store<T>(out, j, a.out_stride, (load<T>(x, j, a.x_stride) - m) - log_sum);
+  } else {
+    const double inv = 1.0 / sum;
+    for (int64_t j = first; j < a.n; j += step) {
+      store<T>(out, j, a.out_stride, static_cast<C>(static_cast<double>(std::exp(load<T>(x, j, a.x_stride) - m)) * inv));
+    }
+  }
+}
+
 template <class T> __global__ void __launch_bounds__(kSoftmaxBlock) softmax_block_kernel(SoftmaxArgs a) {
   using C = compute_t<T>;
   __shared__ C broadcast;
+  __shared__ double sum;
   for (int64_t r = blockIdx.x; r < a.n_rows; r += gridDim.x) {
     int64_t off[2];
     a.rows.get(static_cast<uint64_t>(r), off);
@@ -45,19 +65,13 @@ template <class T> __global__ void __launch_bounds__(kSoftmaxBlock) softmax_bloc
     if (threadIdx.x == 0) broadcast = m;
     __syncthreads();
     m = broadcast;
-    C s = 0;
-    for (int64_t j = threadIdx.x; j < a.n; j += blockDim.x) s += std::exp(load<T>(x, j, a.x_stride) - m);
-    s = block_reduce(s, [](C p, C q) { return p + q; });
-    __syncthreads();  // everyone has read `broadcast`
-    if (threadIdx.x == 0) broadcast = s;
+    double s = 0;
+    for (int64_t j = threadIdx.x; j < a.n; j += blockDim.x) s += static_cast<double>(std::exp(load<T>(x, j, a.x_stride) - m));
+    s = block_reduce(s, [](double p, double q) { return p + q; });
+    if (threadIdx.x == 0) sum = s;
     __syncthreads();
-    s = broadcast;
-    const C log_s = std::log(s);
-    for (int64_t j = threadIdx.x; j < a.n; j += blockDim.x) {
-      const C v = load<T>(x, j, a.x_stride) - m;
-      store<T>(out, j, a.out_stride, a.log ? v - log_s : std::exp(v) / s);
-    }
-    __syncthreads();  // `broadcast` is reused by the next row
+    write_row<T>(x, out, a, m, sum, threadIdx.x, blockDim.x);
+    __syncthreads();  // `broadcast` and `sum` are reused by the next row
   }
 }
 
@@ -71,13 +85,9 @@ template <class T> __global__ void __launch_bounds__(kBlock) softmax_thread_kern
     char* out = a.out + off[0];
     C m = -std::numeric_limits<C>::infinity();
     for (int64_t j = 0; j < a.n; ++j) m = nan_max(m, load<T>(x, j, a.x_stride));
-    C s = 0;
-    for (int64_t j = 0; j < a.n; ++j) s += std::exp(load<T>(x, j, a.x_stride) - m);
-    const C log_s = std::log(s);
-    for (int64_t j = 0; j < a.n; ++j) {
-      const C v = load<T>(x, j, a.x_stride) - m;
-      store<T>(out, j, a.out_stride, a.log ? v - log_s : std::exp(v) / s);
-    }
+    double s = 0;
+    for (int64_t j = 0; j < a.n; ++j) s += static_cast<double>(std::exp(load<T>(x, j, a.x_stride) - m));
+    write_row<T>(x, out, a, m, s, 0, 1);
   }
 }
 
@@ -89,6 +99,10 @@ void softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) {
   EMBER_CHECK(is_floating_point(x.dtype()) && !is_fp8(x.dtype()), op,
               "dtype: expected float16, bfloat16, float32 or float64, got {}", name(x.dtype()));
   DeviceGuard guard(out.device());
+  if (out.is_contiguous() && softmax_decode_applies(x, dim)) {  // few long rows: the split-row kernel
+    softmax_decode(x, log, out);
+    return;
+  }
   const int device = out.device().index;
   Shape row_sizes;
   std::array<Shape, 2> row_strides;

@@ -6,8 +6,9 @@
 // a last pass gathers values and writes indices. Stable: equal keys keep their order.
 // cumsum: one block per row with a CUB block scan when the dim is dense, one thread per row
 // otherwise; accumulates like the reductions (f64 for real floats, 64-bit integers, complex128).
-// histc: min == max == 0 takes the data's range, computed on the device into scratch memory that
-// the counting kernel reads; counts go to shared-memory histograms merged with atomics.
+// histc: min == max takes the data's range, computed on the device into scratch memory that the
+// counting kernel reads (NaN is skipped there: the host cannot be told without a sync, where the
+// CPU throws); counts go to shared-memory histograms merged with atomics.
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_segmented_radix_sort.cuh>
@@ -268,13 +269,14 @@ __global__ void __launch_bounds__(kBlock) minmax_final_kernel(Range* partial, in
 
 constexpr int64_t kSharedBins = 8192;
 
-/// Counts x into bins over [lo, hi] (from `range` when given), torch's CPU bin rule:
-/// bin = (x - lo) * bins / (hi - lo) in the compute type, x == hi in the last bin, values
-/// outside [lo, hi] (and NaN) ignored; lo == hi widens to [lo - 1, hi + 1].
+/// Counts x into bins over [lo, hi] (the data's range from `range` when given) with the CPU
+/// backend's arithmetic (torch's): lo == hi widens to [lo - 1, hi + 1]; edges, width and bin
+/// count rounded to the input type, bin = (x - lo) * bins / width with every step rounded to
+/// the input type, clamped to the last bin; values outside [lo, hi] and NaN ignored.
 template <class T>
 __global__ void __launch_bounds__(kBlock) histc_kernel(OffsetCalc<1, uint64_t> xs, int64_t n, const char* x, int64_t bins,
                                                        Range given, const Range* range, unsigned long long* counts) {
-  using C = compute_t<T>;
+  using V = compute_t<T>;
   extern __shared__ unsigned int shared_counts[];
   const bool use_shared = bins <= kSharedBins;
   if (use_shared) {
@@ -283,15 +285,17 @@ __global__ void __launch_bounds__(kBlock) histc_kernel(OffsetCalc<1, uint64_t> x
   }
   Range r = range != nullptr ? *range : given;
   if (r.lo == r.hi) r = {r.lo - 1, r.hi + 1};
-  const C lo = static_cast<C>(r.lo), hi = static_cast<C>(r.hi);
+  auto rnd = [](V v) { return static_cast<V>(T(v)); };
+  const V lo = rnd(static_cast<V>(r.lo)), hi = rnd(static_cast<V>(r.hi)), width = rnd(hi - lo);
+  const V nbins = rnd(static_cast<V>(bins));
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     int64_t off[1];
     xs.get(static_cast<uint64_t>(i), off);
-    const C v = static_cast<C>(*reinterpret_cast<const T*>(x + off[0]));
+    const V v = static_cast<V>(*reinterpret_cast<const T*>(x + off[0]));
     if (!(v >= lo && v <= hi)) continue;
-    int64_t b = static_cast<int64_t>((v - lo) * static_cast<C>(bins) / (hi - lo));
-    if (b >= bins) b = bins - 1;
+    int64_t b = convert<int64_t>(rnd(rnd(rnd(v - lo) * nbins) / width));
+    b = b < 0 ? 0 : (b >= bins ? bins - 1 : b);
     if (use_shared) atomicAdd(&shared_counts[b], 1u);
     else atomicAdd(&counts[b], 1ull);
   }
@@ -363,7 +367,7 @@ void histc(const Tensor& x, int64_t bins, double min, double max, const Tensor& 
       DeviceBuffer counts(static_cast<size_t>(bins) * sizeof(unsigned long long), dev);
       EMBER_CUDA_CHECK(cudaMemsetAsync(counts.get(), 0, static_cast<size_t>(bins) * sizeof(unsigned long long), stream));
       const unsigned blocks = grid_for(n, kBlock, device);
-      const bool data_range = min == 0 && max == 0;
+      const bool data_range = min == max && n > 0;
       DeviceBuffer range(data_range ? sizeof(Range) * blocks : 0, dev);
       if (data_range) {
         minmax_partial_kernel<T><<<blocks, kBlock, 0, stream>>>(xs, n, xp, range.get<Range>());
