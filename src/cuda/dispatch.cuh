@@ -129,6 +129,12 @@ template <class To, class From> __host__ __device__ inline To convert(From v) {
   }
 }
 
+/// v != 0 as the CPU backend tests it: both parts of a complex number count.
+template <class T> __host__ __device__ inline bool nonzero(T v) {
+  if constexpr (is_complex_v<T>) return v.real() != 0 || v.imag() != 0;
+  else return convert<bool>(v);
+}
+
 /// Loads the element at p, whose dtype is only known at run time, converted to Out.
 template <class Out> __device__ Out load_converted(const char* p, DType d) {
   switch (d) {

@@ -11,8 +11,6 @@
 namespace ember::cuda {
 namespace {
 
-template <class C> __device__ C nan_of() { return std::numeric_limits<C>::quiet_NaN(); }
-
 // ---- unary -----------------------------------------------------------------------------------
 
 template <class C> __device__ C float_unary(UnaryOp op, C x) {
@@ -103,24 +101,20 @@ template <class T> struct UnaryFn {
   }
 };
 template <class T> struct LogicalNotFn {
-  __device__ bool operator()(T v) const { return !convert<bool>(v); }
-};
-template <class T> struct Fp8AbsFn {
-  __device__ T operator()(T v) const { return T::from_bits(static_cast<uint8_t>(v.bits & 0x7F)); }
+  __device__ bool operator()(T v) const { return !nonzero(v); }
 };
 
 bool unary_supported(UnaryOp op, DType d) {
   switch (op) {
     case UnaryOp::LogicalNot: return true;
-    case UnaryOp::Abs: return d != kBool;
-    case UnaryOp::Neg: case UnaryOp::Square: return d != kBool && !is_fp8(d);
+    case UnaryOp::Abs: case UnaryOp::Neg: case UnaryOp::Square: return d != kBool;
     case UnaryOp::Relu: case UnaryOp::Floor: case UnaryOp::Ceil: case UnaryOp::Round: case UnaryOp::Trunc:
     case UnaryOp::Sign:
-      return d != kBool && !is_fp8(d) && !is_complex(d);
+      return d != kBool && !is_complex(d);
     case UnaryOp::Gelu: case UnaryOp::GeluTanh: case UnaryOp::Erf:
-      return is_floating_point(d) && !is_fp8(d);
+      return is_floating_point(d);
     default:  // the transcendental ops: float and complex types
-      return (is_floating_point(d) && !is_fp8(d)) || is_complex(d);
+      return is_floating_point(d) || is_complex(d);
   }
 }
 
@@ -229,8 +223,8 @@ template <class T> struct BinaryFn {
 template <class T> struct CompareFn {
   BinaryOp op;
   __device__ bool operator()(T x, T y) const {
-    if (op == BinaryOp::LogicalAnd) return convert<bool>(x) && convert<bool>(y);
-    if (op == BinaryOp::LogicalOr) return convert<bool>(x) || convert<bool>(y);
+    if (op == BinaryOp::LogicalAnd) return nonzero(x) && nonzero(y);
+    if (op == BinaryOp::LogicalOr) return nonzero(x) || nonzero(y);
     if constexpr (is_complex_v<T>) {
       return (op == BinaryOp::Eq) == (x == y);  // Eq and Ne only (the host checks)
     } else {
@@ -247,13 +241,9 @@ template <class T> struct CompareFn {
     }
   }
 };
-template <class T> struct Fp8MulFn {
-  __device__ T operator()(T a, T b) const { return T(static_cast<float>(a) * static_cast<float>(b)); }
-};
 
 bool binary_supported(BinaryOp op, DType d) {
-  const bool is_float = is_floating_point(d) && !is_fp8(d);
-  if (is_fp8(d)) return op == BinaryOp::Mul || op == BinaryOp::Eq || op == BinaryOp::Ne;
+  const bool is_float = is_floating_point(d);
   switch (op) {
     case BinaryOp::Eq: case BinaryOp::Ne: case BinaryOp::LogicalAnd: case BinaryOp::LogicalOr:
     case BinaryOp::Add: case BinaryOp::Mul:
@@ -297,12 +287,14 @@ template <class T> double max_finite() {
   else return DBL_MAX;
 }
 
+/// Clamps in double (exact for every source's finite values) to +-limit; infinities clamp too,
+/// NaN fails both comparisons and stays NaN (as the CPU backend).
 template <class Out, class In> struct SaturateFn {
   double limit;
   __device__ Out operator()(In v) const {
     double x = convert<double>(v);
-    if (x > limit && x <= DBL_MAX) x = limit;          // finite values only: inf and NaN convert as they are
-    else if (x < -limit && x >= -DBL_MAX) x = -limit;
+    if (x > limit) x = limit;
+    else if (x < -limit) x = -limit;
     return convert<Out>(x);
   }
 };
@@ -339,13 +331,8 @@ void unary(UnaryOp op, const Tensor& x, const Tensor& out) {
   DeviceGuard guard(out.device());
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (op == UnaryOp::LogicalNot) {
-      map<bool, T>(out, LogicalNotFn<T>{}, {x});
-    } else if constexpr (is_low_float_v<T> && sizeof(T) == 1) {
-      map<T, T>(out, Fp8AbsFn<T>{}, {x});  // the only fp8 op besides logical_not
-    } else {
-      map<T, T>(out, UnaryFn<T>{op}, {x});
-    }
+    if (op == UnaryOp::LogicalNot) map<bool, T>(out, LogicalNotFn<T>{}, {x});
+    else map<T, T>(out, UnaryFn<T>{op}, {x});
   });
 }
 
@@ -356,13 +343,8 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   DeviceGuard guard(out.device());
   dispatch(a.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (is_comparison(op)) {
-      map<bool, T, T>(out, CompareFn<T>{op}, {a, b});
-    } else if constexpr (is_low_float_v<T> && sizeof(T) == 1) {
-      map<T, T, T>(out, Fp8MulFn<T>{}, {a, b});  // the only fp8 arithmetic op
-    } else {
-      map<T, T, T>(out, BinaryFn<T>{op}, {a, b});
-    }
+    if (is_comparison(op)) map<bool, T, T>(out, CompareFn<T>{op}, {a, b});
+    else map<T, T, T>(out, BinaryFn<T>{op}, {a, b});
   });
 }
 
@@ -380,9 +362,10 @@ void saturate_copy(const Tensor& src, const Tensor& out) {
   DeviceGuard guard(out.device());
   dispatch_real_float(out.dtype(), "saturate_cast", [&](auto out_tag) {
     using Out = typename decltype(out_tag)::type;
-    dispatch_real_float(src.dtype(), "saturate_cast", [&](auto in_tag) {
+    dispatch(src.dtype(), [&](auto in_tag) {
       using In = typename decltype(in_tag)::type;
-      map<Out, In>(out, SaturateFn<Out, In>{max_finite<Out>()}, {src});
+      if constexpr (is_complex_v<In>) fail("saturate_cast", "source dtype: expected a real type, got {}", name(src.dtype()));
+      else map<Out, In>(out, SaturateFn<Out, In>{max_finite<Out>()}, {src});
     });
   });
 }
@@ -392,7 +375,8 @@ void frexp(const Tensor& x, const Tensor& mantissa, const Tensor& exponent) {
   DeviceGuard guard(x.device());
   dispatch_real_float(x.dtype(), "frexp", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    for_each_offset<3>("frexp", x.device(), x.sizes(),
+    if constexpr (sizeof(T) == 1) fail("frexp", "dtype: expected float16, bfloat16, float32 or float64, got {}", name(x.dtype()));
+    else for_each_offset<3>("frexp", x.device(), x.sizes(),
                        {static_cast<char*>(mantissa.raw_data()), static_cast<char*>(exponent.raw_data()),
                         static_cast<char*>(x.raw_data())},
                        {byte_strides(mantissa), byte_strides(exponent), byte_strides(x)}, FrexpBody<T>{});

@@ -168,20 +168,16 @@ void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor
   const Shape out_strides = out.dim() == 0 ? Shape{} : with_zero(byte_strides(out), dim);
   dispatch(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (is_low_float_v<T> && sizeof(T) == 1) {
-      fail("index_add", "dtype on CUDA: expected a type the op supports, got {}", name(out.dtype()));
-    } else {
-      const T a = scalar_to<T>(alpha);
-      const bool scale = !(alpha.is_complex() ? alpha.to_complex() == std::complex<double>(1) : alpha.to_double() == 1.0);
-      dispatch_index(index, "index_add", [&](auto index_tag) {
-        using I = typename decltype(index_tag)::type;
-        for_each_offset<3>("index_add", out.device(), src.sizes(),
-                           {static_cast<char*>(out.raw_data()), static_cast<char*>(src.raw_data()),
-                            static_cast<char*>(index.raw_data())},
-                           {out_strides, byte_strides(src), index_along(index, dim, src.dim())},
-                           IndexAddBody<T, I>{bound, stride, a, scale, error});
-      });
-    }
+    const T a = scalar_to<T>(alpha);
+    const bool scale = !(alpha.is_complex() ? alpha.to_complex() == std::complex<double>(1) : alpha.to_double() == 1.0);
+    dispatch_index(index, "index_add", [&](auto index_tag) {
+      using I = typename decltype(index_tag)::type;
+      for_each_offset<3>("index_add", out.device(), src.sizes(),
+                         {static_cast<char*>(out.raw_data()), static_cast<char*>(src.raw_data()),
+                          static_cast<char*>(index.raw_data())},
+                         {out_strides, byte_strides(src), index_along(index, dim, src.dim())},
+                         IndexAddBody<T, I>{bound, stride, a, scale, error});
+    });
   });
 }
 

@@ -76,7 +76,7 @@ template <class In> struct LogicalFamily {
   ReduceOp op;
   __device__ bool identity() const { return op == ReduceOp::All; }
   __device__ bool combine(bool a, bool b) const { return op == ReduceOp::All ? (a && b) : (a || b); }
-  __device__ bool reduce(bool a, In v, int64_t) const { return combine(a, convert<bool>(v)); }
+  __device__ bool reduce(bool a, In v, int64_t) const { return combine(a, nonzero(v)); }
   __device__ void store(char* out, DType d, bool a, int64_t) const { store_converted(out, d, a); }
 };
 
@@ -244,13 +244,9 @@ void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, cons
     using T = typename decltype(tag)::type;
     switch (op) {
       case ReduceOp::Sum: case ReduceOp::Prod: case ReduceOp::Mean:
-        if constexpr (std::is_same_v<T, Float8_e4m3fn> || std::is_same_v<T, Float8_e5m2>) {
-          fail(op_name, "dtype on CUDA: expected a type the op supports, got {}", name(x.dtype()));
-        } else {
-          EMBER_CHECK(op != ReduceOp::Mean || is_inexact_v<T>, op_name,
-                      "dtype: expected a floating point or complex type, got {}", name(x.dtype()));
-          run_reduce<T>(op_name, x, reduced, out, ArithFamily<T>{op});
-        }
+        EMBER_CHECK(op != ReduceOp::Mean || is_inexact_v<T>, op_name,
+                    "dtype: expected a floating point or complex type, got {}", name(x.dtype()));
+        run_reduce<T>(op_name, x, reduced, out, ArithFamily<T>{op});
         break;
       case ReduceOp::Amax: case ReduceOp::Amin:
         if constexpr (is_complex_v<T>) {

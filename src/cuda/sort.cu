@@ -335,8 +335,8 @@ void cumsum(const Tensor& x, int64_t dim, const Tensor& out) {
   const cudaStream_t stream = current_raw_stream(device);
   dispatch(out.dtype(), [&](auto tag) {
     using Out = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<Out, bool> || (is_low_float_v<Out> && sizeof(Out) == 1)) {
-      fail("cumsum", "output dtype on CUDA: expected a numeric type other than bool and float8, got {}", name(out.dtype()));
+    if constexpr (std::is_same_v<Out, bool>) {
+      fail("cumsum", "output dtype: expected a numeric type, got {}", name(out.dtype()));
     } else {
       const bool dense = a.x_stride == static_cast<int64_t>(x.itemsize());
       if (!dense && a.n_rows >= static_cast<int64_t>(sms) * kBlock) {
