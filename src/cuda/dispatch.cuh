@@ -91,10 +91,10 @@ template <class F> __host__ __device__ inline int64_t x86_trunc_i64(F v) {
   if (!(v >= F(-9223372036854775808.0)) || !(v < F(9223372036854775808.0))) return std::numeric_limits<int64_t>::min();
   return static_cast<int64_t>(v);
 }
-// gcc's uint64 conversion: values below 2^63 convert signed, larger ones by subtracting 2^63
-// first and setting the top bit; NaN lands on the second branch.
+// gcc's uint64 conversion: values from 2^63 up convert after subtracting 2^63, with the top
+// bit set back; everything else (NaN and negative values included) converts signed.
 template <class F> __host__ __device__ inline uint64_t x86_trunc_u64(F v) {
-  if (v < F(9223372036854775808.0)) return static_cast<uint64_t>(x86_trunc_i64(v));
+  if (!(v >= F(9223372036854775808.0))) return static_cast<uint64_t>(x86_trunc_i64(v));
   return static_cast<uint64_t>(x86_trunc_i64(v - F(9223372036854775808.0))) ^ 0x8000000000000000ull;
 }
 template <class To, class F> __host__ __device__ inline To float_to_int(F v) {
@@ -128,6 +128,15 @@ template <class To, class From> __host__ __device__ inline To convert(From v) {
     return static_cast<To>(v);
   }
 }
+
+/// Products and sums that nvcc may not contract into fused multiply-adds (it does by default;
+/// the CPU build does not), for results that must match the CPU bit for bit.
+__device__ inline float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ inline double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ inline float add_rn(float a, float b) { return __fadd_rn(a, b); }
+__device__ inline double add_rn(double a, double b) { return __dadd_rn(a, b); }
+__device__ inline float sub_rn(float a, float b) { return __fsub_rn(a, b); }
+__device__ inline double sub_rn(double a, double b) { return __dsub_rn(a, b); }
 
 /// v != 0 as the CPU backend tests it: both parts of a complex number count.
 template <class T> __host__ __device__ inline bool nonzero(T v) {

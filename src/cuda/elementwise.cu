@@ -26,7 +26,7 @@ template <class C> __device__ C float_unary(UnaryOp op, C x) {
     case UnaryOp::Gelu: return C(0.5) * x * (C(1) + std::erf(x * C(0.70710678118654752440)));
     case UnaryOp::GeluTanh: {
       const C beta = C(0.79788456080286535588), kappa = C(0.044715);  // sqrt(2/pi)
-      return C(0.5) * x * (C(1) + std::tanh(beta * (x + kappa * x * x * x)));
+      return C(0.5) * x * (C(1) + std::tanh(beta * add_rn(x, mul_rn(mul_rn(mul_rn(kappa, x), x), x))));
     }
     case UnaryOp::Tanh: return std::tanh(x);
     case UnaryOp::Sin: return std::sin(x);
@@ -131,7 +131,7 @@ template <class C> __device__ C laguerre_l(C x, int64_t n) {
   if (n == 1) return C(1) - x;
   C p = C(1), q = C(1) - x, r = C(0);
   for (int64_t k = 1; k < n; ++k) {
-    r = ((C(k + k) + (C(1) - x)) * q - C(k) * p) / C(k + 1);
+    r = sub_rn(mul_rn(C(k + k) + (C(1) - x), q), mul_rn(C(k), p)) / C(k + 1);
     p = q;
     q = r;
   }

@@ -68,15 +68,16 @@ Shape index_along(const Tensor& index, int64_t dim, int64_t rank) {
 
 // ---- index_add -------------------------------------------------------------------------------
 
-/// out += v for one element, atomically. 8- and 16-bit types update their aligned 32-bit word
+/// out = out + v for one element, atomically, with the CPU backend's arithmetic (the 16-bit
+/// floats add in float and round once). 8- and 16-bit types update their aligned 32-bit word
 /// with a CAS loop; that word lies inside the allocation, whose blocks are 512-byte granular.
-template <class T> __device__ T plain_add(T a, T b) {
-  if constexpr (std::is_same_v<T, bool>) return a || b;
-  else if constexpr (is_low_float_v<T>) return T(static_cast<float>(a) + static_cast<float>(b));
-  else return static_cast<T>(a + b);
+template <class T> __device__ T add_one(T a, compute_t<T> v) {
+  if constexpr (std::is_same_v<T, bool>) return a || v;
+  else if constexpr (is_low_float_v<T>) return T(add_rn(static_cast<float>(a), v));
+  else return static_cast<T>(a + v);
 }
 
-template <class T> __device__ void atomic_add(T* address, T v) {
+template <class T> __device__ void atomic_add(T* address, compute_t<T> v) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int32_t> ||
                 std::is_same_v<T, uint32_t>) {
     atomicAdd(address, v);
@@ -88,29 +89,31 @@ template <class T> __device__ void atomic_add(T* address, T v) {
     atomicAdd(parts + 1, v.imag());
   } else {
     static_assert(sizeof(T) <= 2);
+    using Bits = std::conditional_t<sizeof(T) == 1, uint8_t, uint16_t>;
     const auto a = reinterpret_cast<uintptr_t>(address);
     auto* word = reinterpret_cast<unsigned int*>(a & ~uintptr_t{3});
     const unsigned shift = static_cast<unsigned>(a & 3) * 8;
-    const unsigned mask = (sizeof(T) == 1 ? 0xFFu : 0xFFFFu) << shift;
+    const unsigned mask = static_cast<unsigned>(static_cast<Bits>(~Bits{0})) << shift;
     unsigned old = *word, assumed;
     do {
       assumed = old;
+      const auto current_bits = static_cast<Bits>((assumed & mask) >> shift);
       T current;
-      const auto current_bits = static_cast<std::conditional_t<sizeof(T) == 1, uint8_t, uint16_t>>((assumed & mask) >> shift);
       memcpy(&current, &current_bits, sizeof(T));
-      const T next = plain_add(current, v);
-      std::conditional_t<sizeof(T) == 1, uint8_t, uint16_t> next_bits;
+      const T next = add_one(current, v);
+      Bits next_bits;
       memcpy(&next_bits, &next, sizeof(T));
       old = atomicCAS(word, assumed, (assumed & ~mask) | (static_cast<unsigned>(next_bits) << shift));
     } while (assumed != old);
   }
 }
 
-/// Ptrs: [0] out with dim's stride zeroed, [1] source, [2] index.
+/// Ptrs: [0] out with dim's stride zeroed, [1] source, [2] index. out[idx] += alpha * src in
+/// the compute type (no fused multiply-add, as on the CPU).
 template <class T, class I> struct IndexAddBody {
+  using C = compute_t<T>;
   int64_t bound, stride;  // size and byte stride of out along dim
-  T alpha;
-  bool scale;             // alpha != 1
+  C alpha;
   DeviceError* error;
   __device__ void operator()(const Ptrs<3>& p) const {
     const int64_t i = load_index<I>(p.p[2]);
@@ -118,13 +121,12 @@ template <class T, class I> struct IndexAddBody {
       record_index_error(error, i, bound);
       return;
     }
-    T v = *reinterpret_cast<const T*>(p.p[1]);
-    if (scale) {
-      if constexpr (std::is_same_v<T, bool>) v = v && alpha;
-      else if constexpr (is_low_float_v<T>) v = T(static_cast<float>(v) * static_cast<float>(alpha));
-      else v = static_cast<T>(v * alpha);
-    }
-    atomic_add(reinterpret_cast<T*>(p.p[0] + i * stride), v);
+    const C v = static_cast<C>(*reinterpret_cast<const T*>(p.p[1]));
+    C scaled;
+    if constexpr (std::is_same_v<C, bool>) scaled = alpha && v;
+    else if constexpr (std::is_floating_point_v<C>) scaled = mul_rn(alpha, v);
+    else scaled = static_cast<C>(alpha * v);
+    atomic_add(reinterpret_cast<T*>(p.p[0] + i * stride), scaled);
   }
 };
 
@@ -168,15 +170,15 @@ void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor
   const Shape out_strides = out.dim() == 0 ? Shape{} : with_zero(byte_strides(out), dim);
   dispatch(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T a = scalar_to<T>(alpha);
-    const bool scale = !(alpha.is_complex() ? alpha.to_complex() == std::complex<double>(1) : alpha.to_double() == 1.0);
+    using C = compute_t<T>;
+    const C a = scalar_to<C>(alpha);
     dispatch_index(index, "index_add", [&](auto index_tag) {
       using I = typename decltype(index_tag)::type;
       for_each_offset<3>("index_add", out.device(), src.sizes(),
                          {static_cast<char*>(out.raw_data()), static_cast<char*>(src.raw_data()),
                           static_cast<char*>(index.raw_data())},
                          {out_strides, byte_strides(src), index_along(index, dim, src.dim())},
-                         IndexAddBody<T, I>{bound, stride, a, scale, error});
+                         IndexAddBody<T, I>{bound, stride, a, error});
     });
   });
 }

@@ -1,7 +1,8 @@
 // CUDA arange / linspace / logspace with the CPU backend's formulas (src/cpu/range.cpp, which
-// reproduces torch 2.15 CPU bit for bit): the same fused multiply-adds in the same types, so the
-// affine ranges equal the CPU's bit for bit; logspace goes through the device's pow, which may
-// differ from glibc's in the last bit of the double.
+// reproduces torch 2.15 CPU bit for bit): the same fused multiply-adds in the same types, and
+// explicitly unfused operations where the CPU does not fuse (nvcc would), so the affine ranges
+// equal the CPU's bit for bit; logspace goes through the device's pow, which may differ from
+// glibc's in the last bit of the double.
 #include "cuda/loops.cuh"
 
 namespace ember::cuda {
@@ -67,7 +68,8 @@ struct LinspaceHalfValue {
   float start, end, step;
   int64_t n;
   __device__ Half operator()(int64_t i) const {
-    return Half(i < n / 2 ? start + step * static_cast<float>(i) : end - step * static_cast<float>(n - 1 - i));
+    return Half(i < n / 2 ? add_rn(start, mul_rn(step, static_cast<float>(i)))
+                          : sub_rn(end, mul_rn(step, static_cast<float>(n - 1 - i))));
   }
 };
 
@@ -76,7 +78,8 @@ template <class T> struct LogspaceValue {
   double start, end, step, base;
   int64_t n;
   __device__ T operator()(int64_t i) const {
-    const double e = i < n / 2 ? start + step * static_cast<double>(i) : end - step * static_cast<double>(n - 1 - i);
+    const double e = i < n / 2 ? add_rn(start, mul_rn(step, static_cast<double>(i)))
+                               : sub_rn(end, mul_rn(step, static_cast<double>(n - 1 - i)));
     return convert<T>(std::pow(base, e));
   }
 };
