@@ -625,7 +625,6 @@ void svd(const Tensor& A, const Tensor& U, const Tensor& S, const Tensor& Vh) {
   const int lda = to_int(column_major_ld(A, op), op, "leading dimension");
   const bool want_uv = U.defined();
   const bool full = want_uv && U.size(2) == m64 && Vh.size(1) == n64;
-  const int64_t q = full ? std::max(m64, n64) : k;  // columns of the U and V work matrices
   const int64_t qu = want_uv ? U.size(2) : 0, qv = want_uv ? Vh.size(1) : 0;
   DeviceScope scope(A.device());
   const Device dev = A.device();
@@ -648,19 +647,19 @@ void svd(const Tensor& A, const Tensor& U, const Tensor& S, const Tensor& Vh) {
     check_cusolver(cusolverDnXgesvdjSetSortEig(params, 1), "cusolverDnXgesvdjSetSortEig");
     // Work U [B, m, um] and V [B, n, vn] (V, not V^H: Vh is its adjoint).
     const int64_t um = batched ? m64 : (full ? m64 : k), vn = batched ? n64 : (full ? n64 : k);
-    const Tensor u_work = want_uv ? column_major_empty(batch, m64, um, A.dtype(), dev) : column_major_empty(1, 1, 1, A.dtype(), dev);
-    const Tensor v_work = want_uv ? column_major_empty(batch, n64, vn, A.dtype(), dev) : column_major_empty(1, 1, 1, A.dtype(), dev);
+    // Without vectors the libraries still check ldu >= m and ldv >= n: one unused column each.
+    const Tensor u_work = column_major_empty(want_uv ? batch : 1, m64, want_uv ? um : 1, A.dtype(), dev);
+    const Tensor v_work = column_major_empty(want_uv ? batch : 1, n64, want_uv ? vn : 1, A.dtype(), dev);
     const bool s_direct = S.stride(1) == 1 && S.stride(0) == k;
     const Tensor s_work = s_direct ? S : empty({batch, k}, S.dtype(), dev);
     T* a = static_cast<T*>(A.raw_data());
     T* u = static_cast<T*>(u_work.raw_data());
     T* v = static_cast<T*>(v_work.raw_data());
     Rl* s = s_work.data_ptr<Rl>();
-    const int ldu = want_uv ? m : 1, ldv = want_uv ? n : 1;
+    const int ldu = m, ldv = n;
     int* info = info_t.data_ptr<int32_t>();
     Tensor ws_holder;
     if (batched) {
-      Tensor a_holder;
       // gesvdjBatched wants the matrices packed lda * n apart.
       const bool packed = A.stride(0) == static_cast<int64_t>(lda) * n;
       const Tensor a_work = packed ? A : column_major_empty(batch, m64, n64, A.dtype(), dev);
@@ -690,8 +689,8 @@ void svd(const Tensor& A, const Tensor& U, const Tensor& S, const Tensor& Vh) {
     }
     if (!s_direct) fill_matrices<Rl>(s_work.unsqueeze(2), S.unsqueeze(2), Fill::Copy, 0, stream);
     if (want_uv) {
-      complete_orthonormal<T>(u_work.narrow(2, 0, std::min<int64_t>(um, q)), s_work, k, stream);
-      complete_orthonormal<T>(v_work.narrow(2, 0, std::min<int64_t>(vn, q)), s_work, k, stream);
+      complete_orthonormal<T>(u_work.narrow(2, 0, qu), s_work, k, stream);
+      complete_orthonormal<T>(v_work.narrow(2, 0, qv), s_work, k, stream);
       fill_matrices<T>(u_work.narrow(2, 0, qu), U, Fill::Copy, 0, stream);
       fill_matrices<T>(v_work.narrow(2, 0, qv), Vh, Fill::Adjoint, 0, stream);
     }
