@@ -29,16 +29,17 @@ if has sanitize; then
   filter='Parity*:Cuda*:*Runtime*'
   for tool in memcheck racecheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 ./build-gpu/tests/ember_tests --gtest_brief=1 --gtest_filter="$filter" \
-      > "$out/sanitize-$tool.log" 2>&1
-    echo "$tool rc=$?"; grep -E "ERROR SUMMARY|tests ran|FAILED" "$out/sanitize-$tool.log" | tail -5
+      > "$out/sanitize-$tool.tmp" 2>&1
+    echo "$tool rc=$?"; grep -E "ERROR SUMMARY|tests ran|FAILED" "$out/sanitize-$tool.tmp" | tail -5
+    { echo "==== $tool"; cat "$out/sanitize-$tool.tmp"; } >> "$out/sanitize.log"; rm -f "$out/sanitize-$tool.tmp"
   done
 fi
 # Benchmarks: each writes JSON lines for ember and for PyTorch (same cases, same method, same
 # run); compare.py joins them into one table of ratios.
 bench_pair() {  # name, ember command, torch command
   stamp "bench $1"
-  eval "$2" > "$out/bench-$1-ember.jsonl" 2>> "$out/bench.err"
-  eval "$3" > "$out/bench-$1-torch.jsonl" 2>> "$out/bench.err"
+  eval "$2" >> "$out/bench.jsonl" 2>> "$out/bench.err"
+  eval "$3" >> "$out/bench.jsonl" 2>> "$out/bench.err"
 }
 if has bench || has bench-decode; then
   bench_pair decode "python3 bench/shapes.py | ./build-gpu/bench/decode_bench" "(cd bench && python3 torch_decode.py)"
@@ -49,8 +50,8 @@ fi
 if has bench || has bench-linalg; then
   bench_pair linalg ./build-gpu/bench/linalg_bench "(cd bench && python3 torch_linalg.py)"
 fi
-if ls "$out"/bench-*-ember.jsonl >/dev/null 2>&1; then
-  python3 bench/compare.py "$out"/bench-*.jsonl > "$out/perf.txt"
+if [ -s "$out/bench.jsonl" ]; then
+  python3 bench/compare.py "$out/bench.jsonl" > "$out/perf.txt"
   grep -E "geomean|missing|error" "$out/perf.txt"; tail -c 2500 "$out/bench.err"
 fi
 stamp done
