@@ -16,7 +16,7 @@ def main():
             r = json.loads(line)
             rows[(r["op"], r["case"])][r["impl"]] = r
     by_op = defaultdict(list)
-    print(f"{'op':8} {'case':24} {'torch us':>9} {'ember us':>9} {'speedup':>8} {'ember GB/s':>10} {'rel err':>9}")
+    print(f"{'op':8} {'case':24} {'torch us':>9} {'ember us':>9} {'speedup':>8} {'ember GB/s':>10} {'rel err':>9}  extra")
     for (op, case), impls in rows.items():
         t, e = impls.get("torch"), impls.get("ember")
         if not t or not e or "us" not in e or "us" not in t:
@@ -24,7 +24,12 @@ def main():
             continue
         s = t["us"] / e["us"]
         by_op[op].append(s)
-        print(f"{op:8} {case:24} {t['us']:9.2f} {e['us']:9.2f} {s:8.2f} {e['gbps']:10.0f} {e.get('rel_err', -1):9.1e}")
+        extra = ""
+        if "tflops" in e:
+            extra += f"  TFLOP/s torch {t.get('tflops', 0):.0f} ember {e['tflops']:.0f}"
+        if e.get("bf16_us", -1) > 0:
+            extra += f"  ember bf16 {e['bf16_us']:.2f} us (fp8 {e['bf16_us'] / e['us']:.2f}x)"
+        print(f"{op:8} {case:24} {t['us']:9.2f} {e['us']:9.2f} {s:8.2f} {e['gbps']:10.0f} {e.get('rel_err', -1):9.1e}{extra}")
     for op, speedups in by_op.items():
         geo = math.exp(sum(map(math.log, speedups)) / len(speedups))
         print(f"{op}: {len(speedups)} cases, geomean speedup {geo:.3f}x, min {min(speedups):.3f}x, max {max(speedups):.3f}x")

@@ -108,6 +108,47 @@ void bench_softmax(int64_t rows, int64_t vocab) {
              rows, vocab, us, nbytes / us / 1e3, rel_err);
 }
 
+// FP8 scaled_mm: a [M, K] e4m3fn, b = w.t() of w [N, K]; bf16 out. For decode shapes (M <= 16)
+// also ember's bf16 GEMV on the same shape ("bf16_us"), the speedup FP8 is for.
+void bench_scaled_mm(int64_t m, int64_t k, int64_t n, const std::string& mode) {
+  const Device gpu = Device::cuda();
+  const bool decode = m <= 16;
+  const int64_t nbytes = k * n, copies = decode ? copies_for(nbytes) : 1, n_calls = decode ? std::max<int64_t>(copies, 20) : 5;
+  std::vector<Tensor> ws;
+  for (int64_t c = 0; c < copies; ++c) ws.push_back(randn({n, k}, kFloat32, gpu, 300 + c).to(kFloat8_e4m3fn));
+  const Tensor a = randn({m, k}, kFloat32, gpu, 8).to(kFloat8_e4m3fn);
+  const bool rowwise = mode == "rowwise";
+  const Tensor sa = rowwise ? add(rand({m, 1}, kFloat32, gpu, 9), 0.1) : scalar_tensor(0.5, kFloat32, gpu);
+  const Tensor sb = rowwise ? add(rand({1, n}, kFloat32, gpu, 10), 0.1) : scalar_tensor(0.25, kFloat32, gpu);
+  double rel_err = -1;
+  if (decode && k * n <= (64ll << 20)) {
+    const Tensor ref = scaled_mm(a.to(Device::cpu()), ws[0].to(Device::cpu()).t(), sa.to(Device::cpu()), sb.to(Device::cpu()));
+    rel_err = check_against_cpu(scaled_mm(a, ws[0].t(), sa, sb), ref);
+  }
+  std::vector<std::function<void()>> calls;
+  for (int64_t i = 0; i < n_calls; ++i) {
+    const Tensor& w = ws[i % copies];
+    calls.push_back([&a, &w, &sa, &sb] { scaled_mm(a, w.t(), sa, sb); });
+  }
+  const double us = time_graph(calls);
+  double bf16_us = -1;
+  if (decode) {
+    std::vector<Tensor> wb;
+    const int64_t bcopies = copies_for(2 * nbytes);
+    for (int64_t c = 0; c < bcopies; ++c) wb.push_back(randn({n, k}, kBFloat16, gpu, 400 + c));
+    const Tensor xb = randn({m, k}, kBFloat16, gpu, 11);
+    std::vector<std::function<void()>> bcalls;
+    for (int64_t i = 0; i < std::max<int64_t>(bcopies, 20); ++i) {
+      const Tensor& w = wb[i % bcopies];
+      bcalls.push_back([&xb, &w] { linear(xb, w); });
+    }
+    bf16_us = time_graph(bcalls);
+  }
+  fmt::print("{{\"impl\": \"ember\", \"op\": \"scaled_mm\", \"case\": \"{} {} {} {}\", \"us\": {:.3f}, \"gbps\": {:.1f}, "
+             "\"tflops\": {:.1f}, \"bf16_us\": {:.3f}, \"rel_err\": {:.2e}}}\n",
+             m, k, n, mode, us, (m * k + nbytes) / us / 1e3, 2.0 * m * k * n / us / 1e6, bf16_us, rel_err);
+}
+
 }  // namespace
 
 int main() {
@@ -123,6 +164,7 @@ int main() {
     try {
       if (op == "gemv") { std::string o; int64_t k, n; in >> o >> k >> n; bench_gemv(o, k, n); }
       else if (op == "softmax") { int64_t r, v; in >> r >> v; bench_softmax(r, v); }
+      else if (op == "scaled_mm") { int64_t m, k, n; std::string mode; in >> m >> k >> n >> mode; bench_scaled_mm(m, k, n, mode); }
     } catch (const std::exception& e) {
       fmt::print("{{\"impl\": \"ember\", \"op\": \"{}\", \"case\": \"{}\", \"error\": \"{}\"}}\n", op, line, e.what());
     }

@@ -34,6 +34,10 @@ assert len(GEMV_LAYERS) == 48
 SOFTMAX = [(1, 128256), (1, 129280), (1, 151936), (1, 201088), (1, 248320), (4, 128256), (8, 128256),
            (4, 201088), (8, 201088), (5, 51866), (64, 1000)]
 
+# FP8 scaled_mm: (M, K, N) x {tensorwise, rowwise}; decode shapes and large-M throughput.
+SCALED_MM = [(1, 4096, 14336), (2, 4096, 14336), (4, 4096, 14336), (1, 4096, 4096), (1, 2048, 768),
+             (1, 8192, 28672), (4096, 4096, 4096), (8192, 8192, 8192)]
+
 
 def gemv_cases():
     """(orientation, K, N) for all 96 shapes."""
@@ -47,3 +51,6 @@ if __name__ == "__main__":  # emits the case list for ember's C++ benchmark
         print(f"gemv {o} {k} {n}")
     for r, v in SOFTMAX:
         print(f"softmax {r} {v}")
+    for m, k, n in SCALED_MM:
+        for mode in ("tensorwise", "rowwise"):
+            print(f"scaled_mm {m} {k} {n} {mode}")

@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from shapes import SOFTMAX, gemv_cases
+from shapes import SCALED_MM, SOFTMAX, gemv_cases
 
 L2_BYTES = 60 * 2**20
 REPLAYS = 15
@@ -72,14 +72,36 @@ def bench_softmax(rows, vocab):
     return {"op": "softmax", "case": f"{rows} {vocab}", "us": us, "gbps": nbytes / us / 1e3}
 
 
+def bench_scaled_mm(m, k, n, mode):
+    f8 = torch.float8_e4m3fn
+    nbytes = k * n
+    c = copies_for(nbytes) if m <= 16 else 1
+    calls = max(c, 20) if m <= 16 else 5
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    ws = [torch.randn(n, k, device="cuda", generator=gen).to(f8) for _ in range(c)]
+    a = torch.randn(m, k, device="cuda", generator=gen).to(f8)
+    if mode == "tensorwise":
+        sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(0.25, device="cuda")
+    else:
+        sa, sb = torch.rand(m, 1, device="cuda") + 0.1, torch.rand(1, n, device="cuda") + 0.1
+    fns = [lambda i=i: torch._scaled_mm(a, ws[i % c].t(), sa, sb, out_dtype=torch.bfloat16) for i in range(calls)]
+    us = time_graph(fns)
+    return {"op": "scaled_mm", "case": f"{m} {k} {n} {mode}", "us": us, "gbps": (m * k + nbytes) / us / 1e3,
+            "tflops": 2 * m * k * n / us / 1e6}
+
+
 def main():
-    which = sys.argv[1:] or ["gemv", "softmax"]
+    which = sys.argv[1:] or ["gemv", "softmax", "scaled_mm"]
     if "gemv" in which:
         for o, k, n in gemv_cases():
             print(json.dumps({"impl": "torch", **bench_gemv(o, k, n)}), flush=True)
     if "softmax" in which:
         for r, v in SOFTMAX:
             print(json.dumps({"impl": "torch", **bench_softmax(r, v)}), flush=True)
+    if "scaled_mm" in which:
+        for m, k, n in SCALED_MM:
+            for mode in ("tensorwise", "rowwise"):
+                print(json.dumps({"impl": "torch", **bench_scaled_mm(m, k, n, mode)}), flush=True)
 
 
 if __name__ == "__main__":

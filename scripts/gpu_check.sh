@@ -28,7 +28,7 @@ if has sanitize; then
   stamp sanitize
   filter='Parity*:Cuda*:*Runtime*'
   for tool in memcheck racecheck; do
-    compute-sanitizer --tool $tool --error-exitcode 9 ./build-gpu/tests/ember_tests --gtest_brief=1 --gtest_filter="$filter" \
+    timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 ./build-gpu/tests/ember_tests --gtest_brief=1 --gtest_filter="$filter" \
       > "$out/sanitize-$tool.tmp" 2>&1
     echo "$tool rc=$?"; grep -E "ERROR SUMMARY|tests ran|FAILED" "$out/sanitize-$tool.tmp" | tail -5
     { echo "==== $tool"; cat "$out/sanitize-$tool.tmp"; } >> "$out/sanitize.log"; rm -f "$out/sanitize-$tool.tmp"

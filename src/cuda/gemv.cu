@@ -12,12 +12,20 @@
 //                  the GPU, K is also split over blocks (gridDim.y); partial sums go to a
 //                  workspace and the last block of each column tile (an atomic ticket) adds them.
 //
-// Versions tried (see docs/PERF.md for the numbers): v1 one warp per row for every N (small-N
-// shapes left most SMs idle) -> v2 group width chosen from N so the grid has >= 2 waves.
+// Versions tried (H200, bf16, 96 decode shapes vs torch.mm; docs/PERF.md has the tables):
+//   v1 rows: group width for ">= 2 waves of blocks", unrolled loop only while 4 loads fit, scalar
+//      tail; columns: split-K up to 2 waves with >= 4 K-rows per slice, a memset launch for the
+//      tickets per call. Large rows shapes 4.4-4.6 TB/s, but mid shapes (K 2048-4096, N 2048-8192)
+//      ~1.4 TB/s (groups of 128 threads with 2 loads each), columns 0.6-0.9x torch. Geomean 0.92x.
+//   v2 rows: narrowest group that puts ~8 warps per SM, predicated tail so 4 loads are always in
+//      flight; columns: ~4 blocks per SM, persistent per-stream tickets (no memset launch),
+//      unrolled split reduction.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 
 #include "cuda/gemv.h"
 #include "cuda/runtime.h"
@@ -60,17 +68,19 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ w,
       const int64_t n_vec = k / kVec<T>;
       const auto* wv = reinterpret_cast<const Vec<T>*>(wr);
       const auto* xv = reinterpret_cast<const Vec<T>*>(x);
-      int64_t i = lane;
-      // Four independent 16-byte loads in flight per thread before the first use.
-      for (; i + 3 * GROUP < n_vec; i += 4 * GROUP) {
-        Vec<T> w0 = wv[i], w1 = wv[i + GROUP], w2 = wv[i + 2 * GROUP], w3 = wv[i + 3 * GROUP];
-        Vec<T> x0 = xv[i], x1 = xv[i + GROUP], x2 = xv[i + 2 * GROUP], x3 = xv[i + 3 * GROUP];
-        acc = dot16(w0, x0, acc);
-        acc = dot16(w1, x1, acc);
-        acc = dot16(w2, x2, acc);
-        acc = dot16(w3, x3, acc);
+      // Four independent 16-byte loads in flight per thread before the first use; the tail is
+      // predicated rather than a scalar loop, so short rows keep four loads in flight too.
+      for (int64_t i0 = lane; i0 < n_vec; i0 += 4 * GROUP) {
+        Vec<T> wq[4], xq[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int64_t i = i0 + u * GROUP;
+          if (i < n_vec) { wq[u] = wv[i]; xq[u] = xv[i]; }
+          else { wq[u] = Vec<T>{}; xq[u] = Vec<T>{}; }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) acc = dot16(wq[u], xq[u], acc);
       }
-      for (; i < n_vec; i += GROUP) acc = dot16(wv[i], xv[i], acc);
     } else {
       for (int64_t i = lane; i < k; i += GROUP) acc = fmaf(to_float(wr[i]), to_float(x[i]), acc);
     }
@@ -171,6 +181,7 @@ __global__ void __launch_bounds__(kThreads) columns_kernel(const T* __restrict__
     const int64_t col = static_cast<int64_t>(blockIdx.x) * kTile + t;
     if (col >= n) continue;
     float s = 0.f;
+#pragma unroll 8
     for (unsigned sp = 0; sp < gridDim.y; ++sp) s += __ldcg(&partial[sp * n + col]);
     if (bias) s += to_float(bias[col]);
     y[col] = from_float<T>(s);
@@ -180,7 +191,6 @@ __global__ void __launch_bounds__(kThreads) columns_kernel(const T* __restrict__
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-int target_blocks(int device) { return 2 * device_properties(device).multiProcessorCount * (2048 / kThreads); }
 
 template <class T, int GROUP>
 void launch_rows_group(const T* w, int64_t ldw, const T* x, const T* bias, T* y, int64_t n_rows, int64_t k, bool vec,
@@ -194,12 +204,33 @@ template <class T>
 void launch_rows(const T* w, int64_t ldw, const T* x, const T* bias, T* y, int64_t n_rows, int64_t k, int device,
                  cudaStream_t stream) {
   const bool vec = k % kVec<T> == 0 && ldw % kVec<T> == 0 && aligned16(w) && aligned16(x);
-  // The widest group whose grid still gives every SM two waves of blocks.
-  const int64_t want = target_blocks(device) / 2;
-  if (n_rows >= want * 8) launch_rows_group<T, 32>(w, ldw, x, bias, y, n_rows, k, vec, stream);
-  else if (n_rows >= want * 4) launch_rows_group<T, 64>(w, ldw, x, bias, y, n_rows, k, vec, stream);
-  else if (n_rows >= want * 2) launch_rows_group<T, 128>(w, ldw, x, bias, y, n_rows, k, vec, stream);
-  else launch_rows_group<T, 256>(w, ldw, x, bias, y, n_rows, k, vec, stream);
+  // The narrowest group that still puts ~8 warps on every SM (enough 16-byte loads in flight to
+  // cover HBM latency), but no wider than leaves each thread 4 loads per row.
+  const int64_t want_warps = 8 * device_properties(device).multiProcessorCount;
+  const int64_t per_row = vec ? k / kVec<T> : k;
+  int group = 32;
+  while (group < 256 && n_rows * group / 32 < want_warps && per_row / (2 * group) >= 4) group *= 2;
+  switch (group) {
+    case 32: return launch_rows_group<T, 32>(w, ldw, x, bias, y, n_rows, k, vec, stream);
+    case 64: return launch_rows_group<T, 64>(w, ldw, x, bias, y, n_rows, k, vec, stream);
+    case 128: return launch_rows_group<T, 128>(w, ldw, x, bias, y, n_rows, k, vec, stream);
+    default: return launch_rows_group<T, 256>(w, ldw, x, bias, y, n_rows, k, vec, stream);
+  }
+}
+
+// Per (device, stream) ticket counters for the columns kernel's split-K: zeroed once, and every
+// launch leaves them zero again (the last block of each tile resets its ticket), so no memset
+// launch per call. Separate per stream so concurrent GEMVs never share a ticket.
+unsigned* tickets_for(int device, cudaStream_t stream, int64_t count) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, cudaStream_t>, Tensor> buffers;
+  std::lock_guard lock(mutex);
+  Tensor& t = buffers[{device, stream}];
+  if (!t.defined() || t.numel() < count) {
+    t = empty({std::max<int64_t>(count, 1024)}, kInt32, Device::cuda(device));
+    EMBER_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, t.nbytes(), stream));
+  }
+  return reinterpret_cast<unsigned*>(t.data_ptr<int32_t>());
 }
 
 template <class T>
@@ -208,19 +239,18 @@ void launch_columns(const T* b, int64_t ldb, const T* x, const T* bias, T* y, in
   const bool vec = n % kVec<T> == 0 && ldb % kVec<T> == 0 && aligned16(b) && aligned16(y);
   const int64_t tile = vec ? 32 * kVec<T> : 32;
   const int64_t tiles = (n + tile - 1) / tile;
-  // Split K over blocks until the grid fills the GPU, keeping >= 4 rows of K per slice.
-  int64_t splits = std::max<int64_t>(1, target_blocks(device) / std::max<int64_t>(tiles, 1));
-  splits = std::min<int64_t>(splits, std::max<int64_t>(1, k / (4 * kSlices)));
+  // Split K over blocks until ~4 blocks per SM, each thread keeping >= 2 rows of K (so the
+  // last-block reduction over the splits stays short).
+  const int64_t target = 4 * device_properties(device).multiProcessorCount;
+  int64_t splits = std::max<int64_t>(1, (target + tiles - 1) / tiles);
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, k / (2 * kSlices)));
   splits = std::min<int64_t>(splits, 65535);
   const int64_t k_per_split = (k + splits - 1) / splits;
   splits = (k + k_per_split - 1) / k_per_split;
-  Tensor partial, tickets;
-  if (splits > 1) {
-    partial = empty({splits * n}, kFloat32, Device::cuda(device));
-    tickets = zeros({tiles}, kInt32, Device::cuda(device));
-  }
+  Tensor partial;
+  if (splits > 1) partial = empty({splits * n}, kFloat32, Device::cuda(device));
   auto* p = splits > 1 ? partial.data_ptr<float>() : nullptr;
-  auto* t = splits > 1 ? reinterpret_cast<unsigned*>(tickets.data_ptr<int32_t>()) : nullptr;
+  auto* t = splits > 1 ? tickets_for(device, stream, tiles) : nullptr;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
   if (vec) columns_kernel<T, true><<<grid, kThreads, 0, stream>>>(b, ldb, x, bias, y, n, k, k_per_split, p, t);
   else columns_kernel<T, false><<<grid, kThreads, 0, stream>>>(b, ldb, x, bias, y, n, k, k_per_split, p, t);
