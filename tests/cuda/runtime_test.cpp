@@ -206,6 +206,7 @@ struct ReuseOutcome {
   void* freed;
   void* reused;
   bool consumer_busy_at_overwrite;
+  bool consumer_timed_out;  // the consumer's wait ended by its time bound, not by the host
   std::vector<float> consumer_result;
   std::vector<float> original, overwrite;
 };
@@ -213,9 +214,19 @@ struct ReuseOutcome {
 ReuseOutcome free_while_consumer_reads(bool record_stream) {
   constexpr size_t n = kMiB / sizeof(float);  // 1 MiB: one small-pool block
   ReuseOutcome out;
-  // With record_stream the freed block is pending, so the next allocation needs another block;
-  // a fresh cudaMalloc may synchronise the device (seen on the H200: it waited for the spin),
-  // so a spare block of the same size is cached on the producer stream beforehand.
+  // The consumer stream is held by a kernel waiting on a host-mapped flag that the host sets
+  // only after the overwrite, so the consumer is provably still busy then. If anything between
+  // free and overwrite synchronised the device, the wait would end by its time bound instead,
+  // and the test reports that. With record_stream the freed block is pending, so a spare block
+  // of the same size is cached on the producer stream beforehand (no cudaMalloc in the path).
+  int* flag = nullptr;
+  int* timed_out = nullptr;
+  EXPECT_EQ(cudaHostAlloc(reinterpret_cast<void**>(&flag), 2 * sizeof(int), cudaHostAllocMapped), cudaSuccess);
+  flag[0] = 0;
+  flag[1] = 0;
+  timed_out = flag + 1;
+  int* flag_dev = nullptr;
+  EXPECT_EQ(cudaHostGetDevicePointer(reinterpret_cast<void**>(&flag_dev), flag, 0), cudaSuccess);
   out.original.resize(n);
   out.overwrite.resize(n);
   std::iota(out.original.begin(), out.original.end(), 1.0f);
@@ -236,7 +247,7 @@ ReuseOutcome free_while_consumer_reads(bool record_stream) {
   cuda::Event filled;
   filled.record(producer);
   filled.wait(consumer);
-  EXPECT_EQ(test::spin(raw(consumer), kLongSpin), cudaSuccess);
+  EXPECT_EQ(test::wait_for_host_flag(flag_dev, flag_dev + 1, 20 * kLongSpin, raw(consumer)), cudaSuccess);
   EXPECT_EQ(test::copy_floats(buffer.data_ptr<float>(), result.data_ptr<float>(), n, raw(consumer)), cudaSuccess);
   if (record_stream) buffer.record_stream(consumer);
   out.freed = buffer.raw_data();
@@ -248,7 +259,10 @@ ReuseOutcome free_while_consumer_reads(bool record_stream) {
   }
   out.consumer_busy_at_overwrite = !consumer.query();
   out.reused = next.raw_data();
+  *reinterpret_cast<volatile int*>(flag) = 1;  // release the consumer
   consumer.synchronize();
+  out.consumer_timed_out = *timed_out != 0;
+  cudaFreeHost(flag);
   out.consumer_result = result.to_vector<float>();
   return out;
 }
@@ -256,7 +270,8 @@ ReuseOutcome free_while_consumer_reads(bool record_stream) {
 TEST(CudaRuntime, RecordStreamKeepsFreedBlockFromProducerUntilConsumerFinishes) {
   REQUIRE_CUDA();
   const ReuseOutcome out = free_while_consumer_reads(true);
-  ASSERT_TRUE(out.consumer_busy_at_overwrite) << "the spin ended before the overwrite: the scenario tests nothing";
+  ASSERT_FALSE(out.consumer_timed_out) << "something between free and overwrite synchronised the device";
+  ASSERT_TRUE(out.consumer_busy_at_overwrite) << "the consumer finished before the overwrite: the scenario tests nothing";
   EXPECT_NE(out.reused, out.freed);
   EXPECT_EQ(out.consumer_result, out.original);
 }
@@ -264,7 +279,8 @@ TEST(CudaRuntime, RecordStreamKeepsFreedBlockFromProducerUntilConsumerFinishes) 
 TEST(CudaRuntime, WithoutRecordStreamTheFreedBlockIsReusedWhileStillRead) {
   REQUIRE_CUDA();
   const ReuseOutcome out = free_while_consumer_reads(false);
-  ASSERT_TRUE(out.consumer_busy_at_overwrite) << "the spin ended before the overwrite: the scenario tests nothing";
+  ASSERT_FALSE(out.consumer_timed_out) << "something between free and overwrite synchronised the device";
+  ASSERT_TRUE(out.consumer_busy_at_overwrite) << "the consumer finished before the overwrite: the scenario tests nothing";
   // The same memory comes back at once: this is the race record_stream exists to prevent, and
   // it shows the test above would fail without it.
   EXPECT_EQ(out.reused, out.freed);

@@ -9,6 +9,16 @@ __global__ void spin_kernel(long long cycles) {
   }
 }
 
+__global__ void wait_flag_kernel(const volatile int* flag, int* timed_out, long long max_cycles) {
+  const long long start = clock64();
+  while (*flag == 0) {
+    if (clock64() - start > max_cycles) {
+      *timed_out = 1;
+      return;
+    }
+  }
+}
+
 __global__ void copy_kernel(const float* src, float* dst, size_t n) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) dst[i] = src[i];
 }
@@ -25,6 +35,11 @@ __global__ void report_kernel(int* code, long long* value, long long* bound, int
 
 cudaError_t spin(cudaStream_t stream, long long cycles) {
   spin_kernel<<<1, 1, 0, stream>>>(cycles);
+  return cudaGetLastError();
+}
+
+cudaError_t wait_for_host_flag(const volatile int* flag, int* timed_out, long long max_cycles, cudaStream_t stream) {
+  wait_flag_kernel<<<1, 1, 0, stream>>>(flag, timed_out, max_cycles);
   return cudaGetLastError();
 }
 

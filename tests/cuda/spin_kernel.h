@@ -11,6 +11,10 @@ namespace ember::test {
 
 /// One thread that busy-waits `cycles` SM clock cycles on `stream` (keeps the stream busy).
 cudaError_t spin(cudaStream_t stream, long long cycles);
+/// One thread that waits on `stream` until the host sets *flag (host-mapped memory) to 1, or
+/// `max_cycles` pass; writes 1 to *timed_out in the second case. Keeps a stream busy for as
+/// long as the host wants, independent of timing.
+cudaError_t wait_for_host_flag(const volatile int* flag, int* timed_out, long long max_cycles, cudaStream_t stream);
 /// dst[i] = src[i] for i < n, on `stream`.
 cudaError_t copy_floats(const float* src, float* dst, size_t n, cudaStream_t stream);
 /// Reports an index out of range the way library kernels use cuda::DeviceError (pass the

@@ -28,7 +28,7 @@ EMBER_PARITY_CASE(scaled_mm_gemv_m3_f32, { return scaled(d, 3, 512, 4097, true, 
 EMBER_PARITY_CASE(scaled_mm_gemv_m4_f16_bias, { return scaled(d, 4, 1024, 300, false, kFloat16, true); });
 EMBER_PARITY_CASE_TOL(scaled_mm_large_tensorwise, 1e-2, 2e-2, { return scaled(d, 256, 512, 384, false, kBFloat16, false); });
 EMBER_PARITY_CASE_TOL(scaled_mm_large_rowwise_bias, 1e-2, 2e-2, { return scaled(d, 300, 256, 512, true, kBFloat16, true); });
-EMBER_PARITY_CASE_TOL(scaled_mm_large_f32, 1e-3, 1e-3, { return scaled(d, 64, 128, 96, true, kFloat32, false); });
+EMBER_PARITY_CASE_TOL(scaled_mm_large_f32, 5e-3, 5e-3, { return scaled(d, 64, 128, 96, true, kFloat32, false); });
 EMBER_PARITY_CASE(scaled_mm_odd_k_generic, { return scaled(d, 7, 33, 17, true, kBFloat16, true); });
 EMBER_PARITY_CASE(scaled_mm_row_major_b_generic, { return scaled(d, 2, 64, 48, false, kFloat32, false, false); });
 EMBER_PARITY_CASE_TOL(scaled_mm_e5m2_lt, 1e-3, 1e-3, { return scaled(d, 5, 64, 40, true, kFloat32, false, true, kFloat8_e5m2); });
