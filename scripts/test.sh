@@ -7,6 +7,14 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh -DEMBER_CUDA=AUTO
 ctest --test-dir build --output-on-failure -j "$(nproc)"
+# The installed package: find_package(ember) from a separate project, and pkg-config.
+prefix=$(mktemp -d)
+cmake --install build --prefix "$prefix" > /dev/null
+cmake -S tests/install -B build-install-check -G Ninja -DCMAKE_PREFIX_PATH="$prefix" > /dev/null
+cmake --build build-install-check
+./build-install-check/install_check tests/fixtures
+PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs ember > /dev/null
+rm -rf "$prefix"
 if [ "${EMBER_SKIP_SANITIZE:-0}" != 1 ]; then
   EMBER_BUILD_DIR=build-asan bash scripts/build.sh -DEMBER_CUDA=OFF -DEMBER_SANITIZE=ON -DEMBER_BUILD_BENCH=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo
