@@ -102,6 +102,15 @@ Tolerance default_tolerance(DType d) {
   return ::testing::AssertionFailure() << bad << " of " << a.numel() << " elements differ:" << report.str();
 }
 
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 std::string fixture_path(const std::string& name) { return std::string(EMBER_FIXTURES_DIR) + "/" + name; }
 
 }  // namespace ember::test

@@ -1,6 +1,7 @@
 // Dtype-aware comparison of tensors for tests: exact for integer/bool, |a-b| <= atol + rtol*|b|
 // for floats (NaN must match NaN, inf must match inf), with a report of the worst elements.
 #pragma once
+#include <functional>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -18,6 +19,9 @@ Tolerance default_tolerance(DType);
 ::testing::AssertionResult allclose(const Tensor& actual, const Tensor& expected, double rtol = -1, double atol = -1);
 /// Bit-for-bit equal values (NaN payloads ignored: NaN equals NaN).
 ::testing::AssertionResult equal(const Tensor& actual, const Tensor& expected);
+
+/// The message of the ember::Error that f throws, or "no error".
+std::string error_of(const std::function<void()>& f);
 
 /// Path of a fixture file under tests/fixtures.
 std::string fixture_path(const std::string& name);

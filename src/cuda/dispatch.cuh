@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "backend.h"
+#include "core/dtype_dispatch.h"
 #include "cuda/runtime.h"
 #include "ember/dtype.h"
 #include "ember/error.h"
@@ -25,29 +26,10 @@ using complex64 = ::cuda::std::complex<float>;
 using complex128 = ::cuda::std::complex<double>;
 static_assert(sizeof(complex64) == sizeof(std::complex<float>) && sizeof(complex128) == sizeof(std::complex<double>));
 
-template <class T> struct type_tag { using type = T; };
+using ember::type_tag;
 
 template <class F> decltype(auto) dispatch(DType d, F&& f) {
-  switch (d) {
-    case DType::Bool: return f(type_tag<bool>{});
-    case DType::UInt8: return f(type_tag<uint8_t>{});
-    case DType::Int8: return f(type_tag<int8_t>{});
-    case DType::UInt16: return f(type_tag<uint16_t>{});
-    case DType::Int16: return f(type_tag<int16_t>{});
-    case DType::UInt32: return f(type_tag<uint32_t>{});
-    case DType::Int32: return f(type_tag<int32_t>{});
-    case DType::UInt64: return f(type_tag<uint64_t>{});
-    case DType::Int64: return f(type_tag<int64_t>{});
-    case DType::Float16: return f(type_tag<Half>{});
-    case DType::BFloat16: return f(type_tag<BFloat16>{});
-    case DType::Float32: return f(type_tag<float>{});
-    case DType::Float64: return f(type_tag<double>{});
-    case DType::Complex64: return f(type_tag<complex64>{});
-    case DType::Complex128: return f(type_tag<complex128>{});
-    case DType::Float8_e4m3fn: return f(type_tag<Float8_e4m3fn>{});
-    case DType::Float8_e5m2: return f(type_tag<Float8_e5m2>{});
-  }
-  fail("dispatch", "dtype: expected one of the 17 ember dtypes, got code {}", static_cast<int>(d));
+  return dispatch_dtype<complex64, complex128>(d, std::forward<F>(f));
 }
 
 /// The element type of a dtype as bits only: an unsigned integer (or a 16-byte struct) of its

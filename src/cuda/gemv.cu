@@ -30,19 +30,13 @@
 #include <mutex>
 
 #include "cuda/gemv.h"
+#include "cuda/native_float.cuh"
 #include "cuda/runtime.h"
 
 namespace ember::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-template <class T> __device__ __forceinline__ float to_float(T v) { return static_cast<float>(v); }
-template <> __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <> __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-template <class T> __device__ __forceinline__ T from_float(float v) { return static_cast<T>(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ __forceinline__ __half from_float(float v) { return __float2half_rn(v); }
 
 // 16 bytes of T.
 template <class T> struct alignas(16) Vec { T v[16 / sizeof(T)]; };

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "cuda/native_float.cuh"
 #include "cuda/runtime.h"
 #include "ember/ops.h"
 
@@ -29,13 +30,6 @@ namespace ember::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-template <class T> __device__ __forceinline__ float to_f(T v) { return static_cast<float>(v); }
-template <> __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <> __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
-template <class T> __device__ __forceinline__ T from_f(float v) { return static_cast<T>(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ __forceinline__ __half from_f(float v) { return __float2half_rn(v); }
 
 // 16 e4m3 bytes (one uint4) -> 16 floats, two at a time through the hardware converter.
 __device__ __forceinline__ void decode16(const uint4& q, float (&f)[16]) {
@@ -112,9 +106,9 @@ __global__ void __launch_bounds__(kThreads) fp8_gemv(const uint8_t* __restrict__
   }
   if (lane == 0 && col < n) {
     const float sb = scale_b[scale_b_per_col ? col : 0];
-    const float bv = bias ? to_f(bias[col]) : 0.f;
+    const float bv = bias ? to_float(bias[col]) : 0.f;
 #pragma unroll
-    for (int m = 0; m < M; ++m) out[m * ldo + col] = from_f<OutT>(acc[m] * scale_a[scale_a_per_row ? m : 0] * sb + bv);
+    for (int m = 0; m < M; ++m) out[m * ldo + col] = from_float<OutT>(acc[m] * scale_a[scale_a_per_row ? m : 0] * sb + bv);
   }
 }
 
@@ -171,11 +165,11 @@ __global__ void scale_epilogue(const float* __restrict__ acc, int64_t m, int64_t
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = idx / n, j = idx % n;
     float v = acc[idx] * sa[sa_rows ? i : 0] * sb[sb_cols ? j : 0];
-    if (bias) v += to_f(bias[j]);
+    if (bias) v += to_float(bias[j]);
     if constexpr (std::is_same_v<OutT, __nv_fp8_storage_t>) {
       out[i * ldo + j] = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
     } else {
-      out[i * ldo + j] = from_f<OutT>(v);
+      out[i * ldo + j] = from_float<OutT>(v);
     }
   }
 }

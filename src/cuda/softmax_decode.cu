@@ -19,6 +19,7 @@
 
 #include <algorithm>
 
+#include "cuda/native_float.cuh"
 #include "cuda/runtime.h"
 #include "cuda/softmax_decode.h"
 
@@ -29,13 +30,6 @@ namespace cg = cooperative_groups;
 
 constexpr int kThreads = 256;
 constexpr int kMaxPerThread = 16;  // slice <= 256 * 16 = 4096 elements per block
-
-template <class T> __device__ __forceinline__ float load_float(const T* p) { return static_cast<float>(*p); }
-template <> __device__ __forceinline__ float load_float(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-template <> __device__ __forceinline__ float load_float(const __half* p) { return __half2float(*p); }
-template <class T> __device__ __forceinline__ void store_float(T* p, float v) { *p = static_cast<T>(v); }
-template <> __device__ __forceinline__ void store_float(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
-template <> __device__ __forceinline__ void store_float(__half* p, float v) { *p = __float2half_rn(v); }
 
 __device__ __forceinline__ float block_reduce(float v, bool is_max, float* scratch) {
 #pragma unroll
@@ -70,7 +64,7 @@ __global__ void __launch_bounds__(kThreads) split_row_softmax(const T* __restric
 #pragma unroll
   for (int j = 0; j < kMaxPerThread; ++j) {
     const int64_t i = begin + threadIdx.x + static_cast<int64_t>(j) * kThreads;
-    v[j] = i < end ? load_float(xr + i) : -INFINITY;
+    v[j] = i < end ? to_float(xr[i]) : -INFINITY;
     m = fmaxf(m, v[j]);
   }
   m = block_reduce(m, true, scratch);
@@ -93,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) split_row_softmax(const T* __restric
 #pragma unroll
   for (int j = 0; j < kMaxPerThread; ++j) {
     const int64_t i = begin + threadIdx.x + static_cast<int64_t>(j) * kThreads;
-    if (i < end) store_float(orow + i, LOG ? v[j] - row_max - log_sum : __expf(v[j] - row_max) * inv);
+    if (i < end) orow[i] = from_float<T>(LOG ? v[j] - row_max - log_sum : __expf(v[j] - row_max) * inv);
   }
 }
 

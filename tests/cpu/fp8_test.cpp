@@ -70,10 +70,7 @@ TEST(Fp8, ScaledMmEmptyContractionIsZeros) {
 TEST(Fp8, ScaledMmRejectsLikeTorch) {
   const Tensor a = zeros({4, 32}, kFloat8_e4m3fn), b = zeros({16, 32}, kFloat8_e4m3fn).t();
   const Tensor one = scalar_tensor(1.0, kFloat32);
-  auto message = [](auto&& f) {
-    try { f(); } catch (const Error& e) { return std::string(e.what()); }
-    return std::string("no error");
-  };
+  const auto message = [](const std::function<void()>& f) { return test::error_of(f); };
   EXPECT_NE(message([&] { scaled_mm(a.to(kFloat32), b, one, one); }).find("expected a float8_e4m3fn or float8_e5m2 matrix"), std::string::npos);
   EXPECT_NE(message([&] { scaled_mm(a, zeros({16, 32}, kFloat8_e4m3fn), one, one); }).find("cannot be multiplied"), std::string::npos);
   EXPECT_NE(message([&] { scaled_mm(a, b, ones({4}), ones({16})); }).find("Invalid scaling configuration"), std::string::npos);

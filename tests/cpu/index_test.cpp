@@ -5,17 +5,9 @@
 #include "cpu/reduce_fixtures.h"
 
 using namespace ember;
+using ember::test::error_of;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 Scalar alpha_of(const nlohmann::json& a) {
   if (a.is_boolean()) return Scalar(a.get<bool>());

@@ -9,6 +9,7 @@
 #include "cpu/json_fixture.h"
 
 using namespace ember;
+using ember::test::error_of;
 using cd = std::complex<double>;
 
 namespace {
@@ -101,15 +102,6 @@ Tensor random_matrix(const std::vector<int64_t>& shape, DType dtype, uint32_t se
     if ((i / cols) % rows == i % cols) v[static_cast<size_t>(i)] += boost;
   }
   return tensor<cd>(std::move(v), shape).to(dtype);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 /// P L U from lu_factor's packed output, pivots applied as LAPACK's row swaps.

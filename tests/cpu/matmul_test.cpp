@@ -8,6 +8,7 @@
 #include "cpu/json_fixture.h"
 
 using namespace ember;
+using ember::test::error_of;
 using json = nlohmann::json;
 
 namespace {
@@ -48,15 +49,6 @@ Tensor reference_bmm(const Tensor& a3, const Tensor& b3) {
         out[(i * M + r) * N + c] = acc;
       }
   return tensor<std::complex<double>>(std::move(out), {B, M, N});
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "cpu/reduce_fixtures.h"
 
 using namespace ember;
+using ember::test::error_of;
 
 namespace {
 
@@ -40,15 +41,6 @@ std::vector<Tensor> run_reduction_case(const test::FixtureCase& c) {
   if (op == "all") return {all(x, dims, keep)};
   ADD_FAILURE() << "unknown op " << op;
   return {};
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 }  // namespace
