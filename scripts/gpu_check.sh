@@ -37,6 +37,8 @@ if has bench; then
   stamp bench
   python3 bench/shapes.py | ./build-gpu/bench/decode_bench > "$out/bench-ember.jsonl" 2> "$out/bench-ember.err"
   (cd bench && python3 torch_decode.py) > "$out/bench-torch.jsonl" 2> "$out/bench-torch.err"
-  python3 bench/compare.py "$out/bench-ember.jsonl" "$out/bench-torch.jsonl" | tee "$out/perf.txt" | tail -30
+  ./build-gpu/bench/core_bench >> "$out/bench-ember.jsonl" 2>> "$out/bench-ember.err"
+  python3 bench/torch_core.py >> "$out/bench-torch.jsonl" 2>> "$out/bench-torch.err"
+  python3 bench/compare.py "$out/bench-ember.jsonl" "$out/bench-torch.jsonl" | tee "$out/perf.txt" | tail -45
 fi
 stamp done
