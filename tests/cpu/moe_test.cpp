@@ -175,11 +175,9 @@ TEST(MoeRoute, SoftmaxAndSigmoidWithBiasMatchTransformers) {
   EXPECT_ALLCLOSE(w, fx("route.softmax.weights"));
   MoeRouteOptions lfm2{.top_k = 4, .scoring = MoeScoring::Sigmoid, .norm_eps = 1e-6, .routed_scaling = 2.5,
                        .expert_bias = fx("route.bias")};
-  const auto [w2, ids2] = moe_route(logits.to(kBFloat16).to(kFloat32) * Scalar(1), lfm2);
-  const auto [w3, ids3] = moe_route(logits, lfm2);
-  EXPECT_TENSOR_EQ(ids3, fx("route.sigmoid.ids"));
-  EXPECT_ALLCLOSE(w3, fx("route.sigmoid.weights"));
-  EXPECT_EQ(w2.sizes(), w3.sizes());
+  const auto [w2, ids2] = moe_route(logits, lfm2);
+  EXPECT_TENSOR_EQ(ids2, fx("route.sigmoid.ids"));
+  EXPECT_ALLCLOSE(w2, fx("route.sigmoid.weights"));
 }
 
 TEST(MoeRoute, TiesGoToTheLowerExpertAndValidation) {
