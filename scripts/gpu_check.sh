@@ -39,6 +39,7 @@ if has bench; then
   (cd bench && python3 torch_decode.py) > "$out/bench-torch.jsonl" 2> "$out/bench-torch.err"
   ./build-gpu/bench/core_bench >> "$out/bench-ember.jsonl" 2>> "$out/bench-ember.err"
   python3 bench/torch_core.py >> "$out/bench-torch.jsonl" 2>> "$out/bench-torch.err"
+  ./build-gpu/bench/moe_bench >> "$out/bench-ember.jsonl" 2>> "$out/bench-ember.err"; (cd bench && python3 torch_moe.py) >> "$out/bench-torch.jsonl" 2>> "$out/bench-torch.err"
   python3 bench/compare.py "$out/bench-ember.jsonl" "$out/bench-torch.jsonl" | tee "$out/perf.txt" | tail -45
 fi
 stamp done
