@@ -203,6 +203,34 @@ void lu_solve(const Tensor& LU, const Tensor& pivots, const Tensor& X, bool tran
   check_lapack_args("getrs", status);
 }
 
+void inv(const Tensor& A, const Tensor& X, const Tensor& info) {
+  const Batch x = column_major(X, "inv");
+  const int64_t batch = A.size(0), n = A.size(1);
+  const int64_t as0 = A.stride(0), as1 = A.stride(1), as2 = A.stride(2);
+  int32_t* inf = info.data_ptr<int32_t>();
+  const int64_t info_stride = info.stride(0);
+  std::vector<lapack_int> status(static_cast<size_t>(batch));
+  dispatch_lapack(A.dtype(), "inv", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* a = A.data_ptr<T>();
+    for_each_matrix(batch, n, n, [&](int64_t i) {
+      // getrf on a column-major copy, then getrs with the identity: LAPACK's getri-free inverse.
+      std::vector<T> lu(static_cast<size_t>(n * n));
+      std::vector<lapack_int> piv(static_cast<size_t>(n));
+      for (int64_t c = 0; c < n; ++c)
+        for (int64_t r = 0; r < n; ++r) lu[static_cast<size_t>(r + c * n)] = a[i * as0 + r * as1 + c * as2];
+      const lapack_int r = getrf(to_int(n), to_int(n), lu.data(), to_int(n), piv.data());
+      inf[i * info_stride] = r > 0 ? r : 0;
+      T* xi = x.at<T>(i);
+      for (int64_t c = 0; c < n; ++c)
+        for (int64_t row = 0; row < n; ++row) xi[row + c * x.ld] = T(row == c ? 1 : 0);
+      const lapack_int s = getrs('N', to_int(n), to_int(n), lu.data(), to_int(n), piv.data(), xi, to_int(x.ld));
+      status[i] = r < 0 ? r : s;
+    });
+  });
+  check_lapack_args("getrf/getrs", status);
+}
+
 void lu_det(const Tensor& LU, const Tensor& pivots, const Tensor& det) {
   const Batch a = column_major(LU, "det");
   const int64_t batch = LU.size(0), n = LU.size(1);

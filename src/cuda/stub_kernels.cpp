@@ -30,6 +30,7 @@ void bmm(const Tensor&, const Tensor&, const Tensor&) { no_cuda("bmm"); }
 void baddbmm(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("baddbmm"); }
 void lu_factor(const Tensor&, const Tensor&, const Tensor&) { no_cuda("lu_factor"); }
 void lu_solve(const Tensor&, const Tensor&, const Tensor&, bool, bool) { no_cuda("lu_solve"); }
+void inv(const Tensor&, const Tensor&, const Tensor&) { no_cuda("inv"); }
 void lu_det(const Tensor&, const Tensor&, const Tensor&) { no_cuda("det"); }
 void lu_slogdet(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("slogdet"); }
 void triangular_solve(const Tensor&, const Tensor&, bool, bool, bool) { no_cuda("solve_triangular"); }

@@ -18,7 +18,7 @@ inline nlohmann::json load_json_cases(const std::string& name) {
 
 /// A fixture tensor {dtype, shape, data}: ints, or floats as the shortest decimal of the value
 /// (float32 digits for the types of at most 32 bits), complex as [re, im] pairs; exact.
-inline Tensor decode_tensor(const nlohmann::json& j) {
+inline Tensor decode_json_tensor(const nlohmann::json& j) {
   const DType dtype = dtype_from_name(j.at("dtype").get<std::string>());
   const auto shape = j.at("shape").get<std::vector<int64_t>>();
   const nlohmann::json& data = j.at("data");

@@ -365,21 +365,21 @@ TEST(Linalg, MatchesTorchFixtures) {
     const std::string label = c.at("name").get<std::string>(), op = c.at("op").get<std::string>();
     SCOPED_TRACE(label);
     const auto& flags = c.at("flags");
-    const Tensor A = test::decode_tensor(c.at("inputs").at("A"));
+    const Tensor A = test::decode_json_tensor(c.at("inputs").at("A"));
     std::vector<Tensor> expected;
-    for (const auto& o : c.at("outputs")) expected.push_back(test::decode_tensor(o));
+    for (const auto& o : c.at("outputs")) expected.push_back(test::decode_json_tensor(o));
     std::vector<Tensor> actual;
     if (op == "lu_factor") {
       auto [LU, pivots] = linalg::lu_factor(A);
       actual = {LU, pivots};
     } else if (op == "lu_solve") {
       auto [LU, pivots] = linalg::lu_factor(A);
-      actual = {linalg::lu_solve(LU, pivots, test::decode_tensor(c.at("inputs").at("B")), flags.at("left").get<bool>(),
+      actual = {linalg::lu_solve(LU, pivots, test::decode_json_tensor(c.at("inputs").at("B")), flags.at("left").get<bool>(),
                                  flags.at("adjoint").get<bool>())};
     } else if (op == "solve") {
-      actual = {linalg::solve(A, test::decode_tensor(c.at("inputs").at("B")), flags.at("left").get<bool>())};
+      actual = {linalg::solve(A, test::decode_json_tensor(c.at("inputs").at("B")), flags.at("left").get<bool>())};
     } else if (op == "solve_triangular") {
-      actual = {linalg::solve_triangular(A, test::decode_tensor(c.at("inputs").at("B")), flags.at("upper").get<bool>(),
+      actual = {linalg::solve_triangular(A, test::decode_json_tensor(c.at("inputs").at("B")), flags.at("upper").get<bool>(),
                                          flags.at("left").get<bool>(), flags.at("unitriangular").get<bool>())};
     } else if (op == "inv") {
       actual = {linalg::inv(A)};

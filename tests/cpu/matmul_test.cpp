@@ -65,15 +65,15 @@ TEST(Matmul, MatchesTorchFixtures) {
   ASSERT_GT(fixtures().size(), 50u);
   for (const json& c : fixtures()) {
     SCOPED_TRACE(c.at("name").get<std::string>());
-    const Tensor a = apply_view(test::decode_tensor(c.at("a")), c.at("a_view").get<std::string>());
-    const Tensor b = apply_view(test::decode_tensor(c.at("b")), c.at("b_view").get<std::string>());
-    const Tensor expected = test::decode_tensor(c.at("out"));
+    const Tensor a = apply_view(test::decode_json_tensor(c.at("a")), c.at("a_view").get<std::string>());
+    const Tensor b = apply_view(test::decode_json_tensor(c.at("b")), c.at("b_view").get<std::string>());
+    const Tensor expected = test::decode_json_tensor(c.at("out"));
     const std::string op = c.at("op").get<std::string>();
     Tensor actual;
     if (op == "matmul") actual = matmul(a, b);
     else if (op == "mm") actual = mm(a, b);
     else if (op == "bmm") actual = bmm(a, b);
-    else if (c.contains("bias")) actual = linear(a, b, test::decode_tensor(c.at("bias")));
+    else if (c.contains("bias")) actual = linear(a, b, test::decode_json_tensor(c.at("bias")));
     else actual = linear(a, b);
     ASSERT_EQ(actual.sizes(), expected.sizes());
     ASSERT_EQ(actual.dtype(), expected.dtype());

@@ -213,6 +213,9 @@ struct ReuseOutcome {
 ReuseOutcome free_while_consumer_reads(bool record_stream) {
   constexpr size_t n = kMiB / sizeof(float);  // 1 MiB: one small-pool block
   ReuseOutcome out;
+  // With record_stream the freed block is pending, so the next allocation needs another block;
+  // a fresh cudaMalloc may synchronise the device (seen on the H200: it waited for the spin),
+  // so a spare block of the same size is cached on the producer stream beforehand.
   out.original.resize(n);
   out.overwrite.resize(n);
   std::iota(out.original.begin(), out.original.end(), 1.0f);
@@ -223,6 +226,7 @@ ReuseOutcome free_while_consumer_reads(bool record_stream) {
   Tensor buffer, result;
   {
     cuda::StreamGuard guard(producer);
+    Tensor spare = record_stream ? empty({static_cast<int64_t>(n)}, kFloat32, Device::cuda()) : Tensor();
     buffer = tensor<float>(out.original).to(Device::cuda());
   }
   {

@@ -29,7 +29,9 @@ EMBER_PARITY_CASE_TOL(bmm_c64, 1e-5, 1e-4, {
 EMBER_PARITY_CASE(matmul_int32_exact, {
   return {matmul(randint_on(d, -50, 50, {4, 9, 37}, kInt32, 13), randint_on(d, -50, 50, {37, 11}, kInt32, 14))};
 });
-EMBER_PARITY_CASE(linear_bf16_bias, {
+// cuBLAS may round a partial sum to bf16 before the bias (seen on the H200: one bf16 ulp at the
+// operands' scale, ~4e-3), so the comparison allows that.
+EMBER_PARITY_CASE_TOL(linear_bf16_bias, 1e-2, 1e-2, {
   const Tensor x = randn_on(d, {3, 5, 96}, kBFloat16, 15), w = randn_on(d, {40, 96}, kBFloat16, 16);
   return {linear(x, w, randn_on(d, {40}, kBFloat16, 17)), linear(x, w)};
 });
