@@ -2,7 +2,7 @@
 # One call on the GPU machine: build with CUDA (sm_90a there; CI compiles sm_80 too), run every
 # test, run the CUDA tests under compute-sanitizer (memcheck, racecheck), run the decode
 # benchmarks next to PyTorch. Logs go to $OUT (or ./out). Steps: all (default) or a list of
-# build tests sanitize bench (or one of bench-decode bench-core bench-linalg).
+# build tests sanitize bench (or one of bench-decode bench-core bench-linalg bench-moe).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out}; mkdir -p "$out"
@@ -50,6 +50,9 @@ if has bench || has bench-core; then
 fi
 if has bench || has bench-linalg; then
   bench_pair linalg ./build-gpu/bench/linalg_bench "(cd bench && python3 torch_linalg.py)"
+fi
+if has bench || has bench-moe; then
+  bench_pair moe ./build-gpu/bench/moe_bench "(cd bench && python3 torch_moe.py)"
 fi
 if [ -s "$out/bench.jsonl" ]; then
   python3 bench/compare.py "$out/bench.jsonl" > "$out/perf.txt"

@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "ember/moe.h"
 #include "ember/tensor.h"
 
 namespace ember {

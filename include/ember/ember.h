@@ -5,6 +5,7 @@
 #include "ember/dtype.h"
 #include "ember/error.h"
 #include "ember/linalg.h"
+#include "ember/moe.h"
 #include "ember/ops.h"
 #include "ember/safetensors.h"
 #include "ember/scalar.h"

@@ -41,5 +41,13 @@ void linspace(double, double, bool, double, const Tensor&) { no_cuda("linspace")
 void random(RandomKind, uint64_t, const Tensor&) { no_cuda("random"); }
 void randint(int64_t, int64_t, uint64_t, const Tensor&) { no_cuda("randint"); }
 void scaled_mm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("scaled_mm"); }
+void grouped_mm(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("grouped_mm"); }
+void scaled_grouped_mm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+  no_cuda("scaled_grouped_mm");
+}
+void moe_route(const Tensor&, const Tensor&, const MoeRouteOptions&, const Tensor&, const Tensor&) { no_cuda("moe_route"); }
+void moe_permute(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("moe_permute"); }
+void moe_unpermute(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("moe_unpermute"); }
+void moe_layer(const Tensor&, const Tensor&, const MoeExperts&, const MoeLayerOptions&, const Tensor&) { no_cuda("moe_layer"); }
 
 }  // namespace ember::cuda

@@ -1,0 +1,192 @@
+// ember side of the MoE benchmark (bench/torch_moe.py is the PyTorch side; scripts/gpu_check.sh
+// runs both and bench/compare.py joins them). Cases: the MoE layer and grouped_mm alone for
+// Qwen3-30B-A3B, Qwen3.5-35B-A3B and LFM2-8B-A1B shapes, T in {1, 2, 4, 8, 16, 64, 512}, bf16
+// and FP8 (128x128 block-scaled experts). Method, identical to the PyTorch script: a CUDA graph of
+// 16 calls over 16 different inputs (so each call routes to other experts and the weights come
+// from HBM, not L2), replayed 15 times after a warm-up; the median replay / 16. One JSON object
+// per line: {"impl", "op", "case", "us", ...}. The layer's line is printed twice, as "moe_layer"
+// (against torch's grouped_mm path) and "moe_layer_batched" (against transformers' batched_mm
+// decode path). T = 1 cases are first checked against the CPU reference.
+#include <cuda_runtime.h>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <ember/ember.h>
+
+using namespace ember;
+
+namespace {
+
+constexpr int kReplays = 15, kInputs = 16;
+
+struct Model {
+  std::string name;
+  int64_t experts, hidden, inter, top_k, shared_inter;
+  MoeScoring scoring;
+  bool expert_bias;
+};
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(fmt::format("{}: {}", what, cudaGetErrorString(e)));
+}
+
+// Median microseconds per call of a CUDA graph that runs each function once.
+double time_graph(const std::vector<std::function<void()>>& calls) {
+  const cuda::Stream stream = cuda::get_stream_from_pool();
+  cuda::StreamGuard guard(stream);
+  for (const auto& f : calls) f();
+  stream.synchronize();
+  auto s = static_cast<cudaStream_t>(stream.handle());
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "begin capture");
+  try {
+    for (const auto& f : calls) f();
+  } catch (...) {  // leave the stream usable for the next case
+    if (cudaStreamEndCapture(s, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  check(cudaStreamEndCapture(s, &graph), "end capture");
+  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  check(cudaGraphLaunch(exec, s), "launch");
+  stream.synchronize();
+  std::vector<double> times;
+  for (int r = 0; r < kReplays; ++r) {
+    cuda::Event a, b;
+    a.record(stream);
+    check(cudaGraphLaunch(exec, s), "launch");
+    b.record(stream);
+    b.synchronize();
+    times.push_back(a.elapsed_time(b) * 1e3 / static_cast<double>(calls.size()));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  std::nth_element(times.begin(), times.begin() + kReplays / 2, times.end());
+  return times[kReplays / 2];
+}
+
+double rel_err(const Tensor& gpu, const Tensor& ref) {
+  const auto g = gpu.to(Device::cpu()).to(kFloat64).contiguous().to_vector<double>();
+  const auto c = ref.to(kFloat64).contiguous().to_vector<double>();
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    err = std::max(err, std::abs(g[i] - c[i]));
+    scale = std::max(scale, std::abs(c[i]));
+  }
+  return err / std::max(scale, 1e-30);
+}
+
+void print(const std::string& op, const std::string& c, double us, double gbytes, double err) {
+  fmt::print("{{\"impl\": \"ember\", \"op\": \"{}\", \"case\": \"{}\", \"us\": {:.3f}, \"gbps\": {:.1f}, \"rel_err\": {:.2e}}}\n", op, c,
+             us, gbytes / us * 1e3, err);
+  std::fflush(stdout);
+}
+
+MoeExperts to_cpu(const MoeExperts& e) {
+  MoeExperts c;
+  for (auto [dst, src] : {std::pair{&c.gate_up, &e.gate_up}, {&c.down, &e.down}, {&c.gate_up_scale, &e.gate_up_scale},
+                          {&c.down_scale, &e.down_scale}})
+    if (src->defined()) *dst = src->to(Device::cpu());
+  return c;
+}
+
+void bench_model(const Model& m, bool fp8, const std::vector<int64_t>& tokens) {
+  const Device gpu = Device::cuda();
+  const std::string dt = fp8 ? "fp8" : "bf16";
+  const int64_t e = m.experts, h = m.hidden, inter = m.inter, k = m.top_k;
+  MoeExperts ex;
+  const Tensor gate_up = randn({e, 2 * inter, h}, kBFloat16, gpu, 1) * Scalar(0.02);
+  const Tensor down = randn({e, h, inter}, kBFloat16, gpu, 2) * Scalar(0.02);
+  if (fp8) {
+    std::tie(ex.gate_up, ex.gate_up_scale) = quantize_fp8(gate_up, Fp8Granularity::Block128);
+    std::tie(ex.down, ex.down_scale) = quantize_fp8(down, Fp8Granularity::Block128);
+  } else {
+    ex.gate_up = gate_up;
+    ex.down = down;
+  }
+  const Tensor router = randn({e, h}, kBFloat16, gpu, 3) * Scalar(0.05);
+  MoeLayerOptions o;
+  o.route.top_k = k;
+  o.route.scoring = m.scoring;
+  if (m.scoring == MoeScoring::Sigmoid) o.route.norm_eps = 1e-6;
+  if (m.expert_bias) o.route.expert_bias = rand({e}, kFloat32, gpu, 4) * Scalar(0.01);
+  if (m.shared_inter) {
+    o.shared = MoeSharedExpert{randn({2 * m.shared_inter, h}, kBFloat16, gpu, 5) * Scalar(0.02),
+                               randn({h, m.shared_inter}, kBFloat16, gpu, 6) * Scalar(0.02), randn({1, h}, kBFloat16, gpu, 7) * Scalar(0.05)};
+  }
+  const double w_byte = fp8 ? 1.0 : 2.0;
+  for (int64_t t : tokens) {
+    const std::string c = fmt::format("{} T={} {}", m.name, t, dt);
+    try {
+      std::vector<Tensor> xs;
+      for (int i = 0; i < kInputs; ++i) xs.push_back(randn({t, h}, kBFloat16, gpu, 100 + i));
+      double err = -1;
+      if (t == 1) {
+        MoeLayerOptions oc = o;
+        if (o.route.expert_bias) oc.route.expert_bias = o.route.expert_bias->to(Device::cpu());
+        if (o.shared) oc.shared = MoeSharedExpert{o.shared->gate_up.to(Device::cpu()), o.shared->down.to(Device::cpu()), o.shared->gate.to(Device::cpu())};
+        err = rel_err(moe_layer(xs[0], router, ex, o), moe_layer(xs[0].to(Device::cpu()), router.to(Device::cpu()), to_cpu(ex), oc));
+      }
+      // Bytes the layer must read at least: the distinct experts of one call (expected count
+      // for uniform routing), the router, the shared expert.
+      const double distinct = static_cast<double>(e) * (1.0 - std::pow(1.0 - static_cast<double>(k) / e, static_cast<double>(t)));
+      const double gbytes = (distinct * 3.0 * h * inter * w_byte + e * h * 2.0 + 3.0 * m.shared_inter * h * 2.0) / 1e9;
+      std::vector<std::function<void()>> calls;
+      for (int i = 0; i < kInputs; ++i) calls.push_back([&, i] { (void)moe_layer(xs[i], router, ex, o); });
+      const double us = time_graph(calls);
+      print("moe_layer", c, us, gbytes, err);
+      print("moe_layer_batched", c, us, gbytes, err);
+
+      // grouped_mm alone: the gate_up product over the permuted rows of each input's routing.
+      std::vector<Tensor> rows, offs;
+      for (int i = 0; i < kInputs; ++i) {
+        MoeRouteOptions route = o.route;
+        if (route.expert_bias) route.expert_bias = route.expert_bias->to(Device::cpu());
+        const Tensor logits = linear(xs[i].to(Device::cpu()).to(kFloat32), router.to(Device::cpu()).to(kFloat32));
+        const auto [w, ids] = moe_route(logits, route);
+        rows.push_back(randn({t * k, h}, kBFloat16, gpu, 200 + i));
+        offs.push_back(moe_permute(ids, e).offsets.to(gpu));
+      }
+      std::vector<std::function<void()>> gcalls;
+      for (int i = 0; i < kInputs; ++i) {
+        if (fp8) gcalls.push_back([&, i] { (void)scaled_grouped_mm(rows[i], ex.gate_up.transpose(1, 2), std::nullopt, ex.gate_up_scale, offs[i]); });
+        else gcalls.push_back([&, i] { (void)grouped_mm(rows[i], ex.gate_up.transpose(1, 2), offs[i]); });
+      }
+      const double gus = time_graph(gcalls);
+      print("grouped_mm", c, gus, distinct * 2.0 * h * inter * w_byte / 1e9, -1);
+    } catch (const std::exception& err) {
+      fmt::print("{{\"impl\": \"ember\", \"op\": \"moe_layer\", \"case\": \"{}\", \"error\": \"{}\"}}\n", c, err.what());
+      std::fflush(stdout);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!cuda::is_available()) {
+    fmt::print(stderr, "moe_bench needs a GPU: {}\n", cuda::availability().reason);
+    return 1;
+  }
+  const std::vector<Model> models = {{"qwen3-30b-a3b", 128, 2048, 768, 8, 0, MoeScoring::Softmax, false},
+                                     {"qwen3.5-35b-a3b", 256, 2048, 512, 8, 512, MoeScoring::Softmax, false},
+                                     {"lfm2-8b-a1b", 32, 2048, 1792, 4, 0, MoeScoring::Sigmoid, true}};
+  std::vector<int64_t> tokens = {1, 2, 4, 8, 16, 64, 512};
+  if (argc > 1) tokens = {std::stoll(argv[1])};
+  for (const Model& m : models) {
+    for (bool fp8 : {false, true}) {
+      try {
+        bench_model(m, fp8, tokens);
+      } catch (const std::exception& err) {  // weights could not be made: report, go on
+        fmt::print("{{\"impl\": \"ember\", \"op\": \"moe_layer\", \"case\": \"{} {}\", \"error\": \"{}\"}}\n", m.name,
+                   fp8 ? "fp8" : "bf16", err.what());
+      }
+    }
+  }
+  return 0;
+}

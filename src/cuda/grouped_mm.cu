@@ -1,0 +1,458 @@
+// grouped_mm and scaled_grouped_mm on CUDA. Offsets never leave the device:
+//   prep_kernel   one block: sanitises the cumulative end offsets (running max, clamped to the
+//                 jagged extent), lists the non-empty groups, and maps each row tile of the
+//                 launch (ceil(rows/BM) + G tiles: at most one partial tile per group) to its
+//                 (group, first row), or -1 for a tile left over.
+//   decode_kernel few rows per group (MoE decode: T*top_k rows over many experts): block y
+//                 takes the y-th non-empty group, one warp per output column streams that weight
+//                 row once with 16-byte loads (8 elements; FP8 through the hardware fp8x2
+//                 converter) and dots it with up to 4 of the group's rows at a time.
+//   tiled_kernel  prefill: 64x64 output tiles, K in steps of 32 through shared memory, bf16/f16
+//                 on tensor cores (wmma, f32 accumulation), f32 with FMA; FP8 weights are decoded
+//                 (x block scale) while staged, per-row/per-channel scales applied in the epilogue.
+//   batch_kernel  2D x 2D (K jagged) and 3D x 3D: one grid layer per group, same tiles.
+// 3D x 2D runs as the rows form of the transposed problem (out^T = B^T @ A[g]^T).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <mma.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "backend.h"
+#include "cuda/grouped_mm.h"
+#include "cuda/moe_elements.cuh"
+#include "cuda/runtime.h"
+
+namespace ember::cuda {
+namespace gmm {
+namespace {
+
+__device__ __forceinline__ float block_scale(const WeightScale& s, int64_t g, int64_t n, int64_t k) {
+  return s.kind == WeightScale::Block128 ? s.ptr[g * s.s0 + (n / 128) * s.s1 + (k / 128) * s.s2] : 1.f;
+}
+__device__ __forceinline__ float column_scale(const WeightScale& s, int64_t g, int64_t n) {
+  if (s.kind == WeightScale::Tensorwise) return s.ptr[g * s.s0];
+  if (s.kind == WeightScale::Rowwise) return s.ptr[g * s.s0 + n * s.s1];
+  return 1.f;
+}
+
+// ---- prep ------------------------------------------------------------------------------------------
+constexpr int kPrepThreads = 1024;  // one thread per group: G <= 1024
+
+template <class Op> __device__ int block_inclusive_scan(int v, int* buf, Op op) {
+  const int t = threadIdx.x;
+  buf[t] = v;
+  __syncthreads();
+  for (int d = 1; d < kPrepThreads; d *= 2) {
+    const int other = t >= d ? buf[t - d] : 0;
+    __syncthreads();
+    if (t >= d) buf[t] = op(buf[t], other);
+    __syncthreads();
+  }
+  const int r = buf[t];
+  __syncthreads();
+  return r;
+}
+
+struct MaxOp { __device__ int operator()(int a, int b) const { return a > b ? a : b; } };
+struct SumOp { __device__ int operator()(int a, int b) const { return a + b; } };
+
+// offs nullptr: one group ending at `extent`. bm 0: no tile map (tile_map unused).
+__global__ void __launch_bounds__(kPrepThreads) prep_kernel(const int32_t* __restrict__ offs, int groups, int extent, int bm,
+                                                            int32_t* __restrict__ ends, int32_t* __restrict__ active,
+                                                            int32_t* __restrict__ num_active, int32_t* __restrict__ tile_map,
+                                                            int map_len) {
+  __shared__ int buf[kPrepThreads];
+  __shared__ int end_of[kPrepThreads];
+  const int g = threadIdx.x;
+  const bool in = g < groups;
+  const int raw = in ? (offs ? offs[g] : extent) : 0;
+  const int running = block_inclusive_scan(in ? max(raw, 0) : 0, buf, MaxOp());
+  const int end = min(running, extent);
+  end_of[g] = end;
+  __syncthreads();
+  const int start = g == 0 ? 0 : end_of[g - 1];
+  if (in) ends[g] = end;
+  const int nonempty = in && end > start ? 1 : 0;
+  const int active_incl = block_inclusive_scan(nonempty, buf, SumOp());
+  if (nonempty) active[active_incl - 1] = g;
+  if (g == kPrepThreads - 1) *num_active = active_incl;
+  const int tiles = nonempty && bm > 0 ? (end - start + bm - 1) / bm : 0;
+  const int tiles_incl = block_inclusive_scan(tiles, buf, SumOp());
+  for (int j = 0; j < tiles; ++j) {
+    const int slot = tiles_incl - tiles + j;
+    tile_map[2 * slot] = g;
+    tile_map[2 * slot + 1] = start + j * bm;
+  }
+  __shared__ int total_tiles;
+  if (g == kPrepThreads - 1) total_tiles = tiles_incl;
+  __syncthreads();
+  for (int i = total_tiles + g; i < map_len; i += kPrepThreads) tile_map[2 * i] = -1;
+}
+
+// ---- decode ----------------------------------------------------------------------------------------
+constexpr int kDecodeRows = 4;
+
+template <class AT, class BT, class OT>
+__global__ void decode_kernel(RowsProblem p, const int32_t* __restrict__ ends, const int32_t* __restrict__ active,
+                              const int32_t* __restrict__ num_active) {
+  int g = 0;
+  int64_t s = 0, e = p.rows;
+  if (ends) {  // offs given: the y-th non-empty group
+    if (static_cast<int>(blockIdx.y) >= *num_active) return;
+    g = active[blockIdx.y];
+    s = g == 0 ? 0 : ends[g - 1];
+    e = ends[g];
+  }
+  const int lane = threadIdx.x % 32;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (n >= p.n) return;  // whole warps leave; no block-wide synchronisation follows
+  const auto* a = static_cast<const AT*>(p.a);
+  const BT* w = static_cast<const BT*>(p.b) + g * p.b_gs + n * p.b_ns;
+  const int64_t chunks = p.k / 8;
+  const bool blocks = p.scale_b.kind == WeightScale::Block128;
+  for (int64_t r0 = s; r0 < e; r0 += kDecodeRows) {
+    const int nr = static_cast<int>(min(int64_t{kDecodeRows}, e - r0));
+    float acc[kDecodeRows] = {};
+#pragma unroll 4
+    for (int64_t c = lane; c < chunks; c += 32) {
+      float wf[8];
+      load8(w + c * 8, wf);
+      const float bs = blocks ? block_scale(p.scale_b, g, n, c * 8) : 1.f;
+#pragma unroll
+      for (int r = 0; r < kDecodeRows; ++r) {
+        if (r < nr) {
+          float af[8];
+          load8(a + (r0 + r) * p.a_rs + c * 8, af);
+          float d = 0.f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) d = fmaf(af[i], wf[i], d);
+          acc[r] = fmaf(d, bs, acc[r]);
+        }
+      }
+    }
+    for (int64_t kk = chunks * 8 + lane; kk < p.k; kk += 32) {
+      const float wv = to_f(w[kk]) * block_scale(p.scale_b, g, n, kk);
+#pragma unroll
+      for (int r = 0; r < kDecodeRows; ++r)
+        if (r < nr) acc[r] = fmaf(to_f(a[(r0 + r) * p.a_rs + kk]), wv, acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < kDecodeRows; ++r)
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+    if (lane < nr) {
+      float v = acc[0];
+#pragma unroll
+      for (int r = 1; r < kDecodeRows; ++r)
+        if (lane == r) v = acc[r];
+      const int64_t row = r0 + lane;
+      if (p.scale_a) v *= p.scale_a[p.scale_a_rows ? row : 0];
+      v *= column_scale(p.scale_b, g, n);
+      static_cast<OT*>(p.out)[row * p.o_rs + n * p.o_ns] = from_f<OT>(v);
+    }
+  }
+}
+
+// ---- tiles -----------------------------------------------------------------------------------------
+constexpr int kBM = 64, kBN = 64, kBK = 32, kTileThreads = 128;
+constexpr int kLdA = kBK + 8, kLdB = kBN + 8, kLdC = kBN + 4;
+
+// The staging type: bf16 for bf16 or fp8 activations, f16 for f16, f32 for f32.
+template <class AT> struct Stage { using type = __nv_bfloat16; };
+template <> struct Stage<__half> { using type = __half; };
+template <> struct Stage<float> { using type = float; };
+
+template <class ST> struct TileSmem {
+  __align__(32) ST as[kBM][kLdA];
+  __align__(32) ST bs[kBK][kLdB];
+  __align__(32) float c[kBM][kLdC];
+};
+
+// C tile (smem, f32) = A[0:rows, k0:k1] @ B[k0:k1, 0:cols] with A element (i, k) at
+// a[i*a_rs + k*a_ks] and B element (k, j) at b[k*b_ks + j*b_ns]; rows/cols beyond the valid
+// ranges read as zero. FP8 B is decoded with its block scale (group g, first column n0).
+template <class AT, class BT, class ST>
+__device__ void tile_product(TileSmem<ST>& sm, const AT* a, int64_t a_rs, int64_t a_ks, int64_t rows, const BT* b, int64_t b_ks,
+                             int64_t b_ns, int64_t cols, int64_t k0, int64_t k1, const WeightScale& sb, int64_t g, int64_t n0) {
+  const int t = threadIdx.x;
+  constexpr bool kTensorCores = !std::is_same_v<ST, float>;
+  using namespace nvcuda;
+  const int warp = t / 32, wm = warp / 2, wn = warp % 2;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+  float facc[4][8] = {};
+  if constexpr (kTensorCores) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+  }
+  const bool a_k_fast = a_ks == 1, b_k_fast = b_ks == 1;
+  for (int64_t k = k0; k < k1; k += kBK) {
+    for (int idx = t; idx < kBM * kBK; idx += kTileThreads) {
+      const int i = a_k_fast ? idx / kBK : idx % kBM, kk = a_k_fast ? idx % kBK : idx / kBM;
+      float v = 0.f;
+      if (i < rows && k + kk < k1) v = to_f(a[i * a_rs + (k + kk) * a_ks]);
+      sm.as[i][kk] = from_f<ST>(v);
+    }
+    for (int idx = t; idx < kBK * kBN; idx += kTileThreads) {
+      const int kk = b_k_fast ? idx % kBK : idx / kBN, j = b_k_fast ? idx / kBK : idx % kBN;
+      float v = 0.f;
+      if (j < cols && k + kk < k1) v = to_f(b[(k + kk) * b_ks + j * b_ns]) * block_scale(sb, g, n0 + j, k + kk);
+      sm.bs[kk][j] = from_f<ST>(v);
+    }
+    __syncthreads();
+    if constexpr (kTensorCores) {
+#pragma unroll
+      for (int kk = 0; kk < kBK; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, ST, wmma::row_major> fa[2];
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, ST, wmma::row_major> fb[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(fa[i], &sm.as[wm * 32 + i * 16][kk], kLdA);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[j], &sm.bs[kk][wn * 32 + j * 16], kLdB);
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+      }
+    } else {
+      const int tr = t / 8, tc = t % 8;
+#pragma unroll 4
+      for (int kk = 0; kk < kBK; ++kk) {
+        float av[4], bv[8];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) av[i] = to_f(sm.as[tr * 4 + i][kk]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) bv[j] = to_f(sm.bs[kk][tc * 8 + j]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 8; ++j) facc[i][j] = fmaf(av[i], bv[j], facc[i][j]);
+      }
+    }
+    __syncthreads();
+  }
+  if constexpr (kTensorCores) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        wmma::store_matrix_sync(&sm.c[wm * 32 + i * 16][wn * 32 + j * 16], acc[i][j], kLdC, wmma::mem_row_major);
+  } else {
+    const int tr = t / 8, tc = t % 8;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) sm.c[tr * 4 + i][tc * 8 + j] = facc[i][j];
+  }
+  __syncthreads();
+}
+
+template <class AT, class BT, class OT>
+__global__ void __launch_bounds__(kTileThreads) tiled_kernel(RowsProblem p, const int32_t* __restrict__ ends,
+                                                             const int32_t* __restrict__ tile_map) {
+  using ST = typename Stage<AT>::type;
+  __shared__ TileSmem<ST> sm;
+  int g = 0;
+  int64_t row0 = static_cast<int64_t>(blockIdx.x) * kBM, end = p.rows;
+  if (tile_map) {  // offs given: this tile's (group, first row), or nothing to do
+    g = tile_map[2 * blockIdx.x];
+    if (g < 0) return;
+    row0 = tile_map[2 * blockIdx.x + 1];
+    end = ends[g];
+  }
+  const int64_t rows = min(int64_t{kBM}, end - row0);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kBN, cols = min(int64_t{kBN}, p.n - n0);
+  const AT* a = static_cast<const AT*>(p.a) + row0 * p.a_rs;
+  const BT* b = static_cast<const BT*>(p.b) + g * p.b_gs + n0 * p.b_ns;
+  tile_product<AT, BT, ST>(sm, a, p.a_rs, p.a_ks, rows, b, p.b_ks, p.b_ns, cols, 0, p.k, p.scale_b, g, n0);
+  for (int idx = threadIdx.x; idx < kBM * kBN; idx += kTileThreads) {
+    const int i = idx / kBN, j = idx % kBN;
+    if (i >= rows || j >= cols) continue;
+    float v = sm.c[i][j];
+    if (p.scale_a) v *= p.scale_a[p.scale_a_rows ? row0 + i : 0];
+    v *= column_scale(p.scale_b, g, n0 + j);
+    static_cast<OT*>(p.out)[(row0 + i) * p.o_rs + (n0 + j) * p.o_ns] = from_f<OT>(v);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kTileThreads) batch_kernel(BatchProblem p, const int32_t* __restrict__ ends) {
+  using ST = typename Stage<T>::type;
+  __shared__ TileSmem<ST> sm;
+  const int64_t g = blockIdx.z;
+  const int64_t k0 = ends && g > 0 ? ends[g - 1] : 0, k1 = ends ? ends[g] : p.k;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kBM, n0 = static_cast<int64_t>(blockIdx.y) * kBN;
+  const int64_t rows = min(int64_t{kBM}, p.m - m0), cols = min(int64_t{kBN}, p.n - n0);
+  const T* a = static_cast<const T*>(p.a) + g * p.a_gs + m0 * p.a_ms;
+  const T* b = static_cast<const T*>(p.b) + g * p.b_gs + n0 * p.b_ns;
+  tile_product<T, T, ST>(sm, a, p.a_ms, p.a_ks, rows, b, p.b_ks, p.b_ns, cols, k0, k1, WeightScale{}, g, n0);
+  for (int idx = threadIdx.x; idx < kBM * kBN; idx += kTileThreads) {
+    const int i = idx / kBN, j = idx % kBN;
+    if (i < rows && j < cols) static_cast<T*>(p.out)[g * p.o_gs + (m0 + i) * p.o_ms + (n0 + j) * p.o_ns] = from_f<T>(sm.c[i][j]);
+  }
+}
+
+// ---- host ------------------------------------------------------------------------------------------
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <class F> void with_type(DType d, F&& f) {
+  switch (d) {
+    case kFloat32: f(static_cast<float*>(nullptr)); break;
+    case kFloat16: f(static_cast<__half*>(nullptr)); break;
+    case kBFloat16: f(static_cast<__nv_bfloat16*>(nullptr)); break;
+    case kFloat8_e4m3fn: f(static_cast<E4m3*>(nullptr)); break;
+    default: fail("grouped_mm", "CUDA element type: expected float32, float16, bfloat16 or float8_e4m3fn, got {}", name(d));
+  }
+}
+
+// Calls f(A*, B*, Out*) with the kernel element types; B is A's type or fp8, Out a float type.
+template <class F> void with_types(const RowsProblem& p, F&& f) {
+  with_type(p.a_type, [&](auto* a_tag) {
+    using AT = std::remove_pointer_t<decltype(a_tag)>;
+    with_type(p.out_type, [&](auto* o_tag) {
+      using OT = std::remove_pointer_t<decltype(o_tag)>;
+      if constexpr (!std::is_same_v<OT, E4m3>) {
+        if (p.b_type == kFloat8_e4m3fn) f(a_tag, static_cast<E4m3*>(nullptr), o_tag);
+        else if constexpr (!std::is_same_v<AT, E4m3>) f(a_tag, a_tag, o_tag);
+      }
+    });
+  });
+}
+
+}  // namespace
+
+WeightScale weight_scale(const Tensor& scale, int64_t n) {
+  WeightScale s;
+  if (!scale.defined()) return s;
+  s.ptr = scale.data_ptr<float>();
+  s.s0 = scale.stride(0);
+  s.s1 = scale.stride(1);
+  s.s2 = scale.stride(2);
+  const int64_t r = scale.size(1), c = scale.size(2);
+  s.kind = r == 1 && c == 1 ? WeightScale::Tensorwise : r == n && c == 1 ? WeightScale::Rowwise : WeightScale::Block128;
+  return s;
+}
+
+void run_rows(const RowsProblem& p, int device) {
+  if (p.rows == 0 || p.n == 0) return;
+  const int64_t groups = p.offs ? p.groups : 1;
+  EMBER_CHECK(groups >= 1 && groups <= kPrepThreads, "grouped_mm", "number of groups on CUDA: expected 1 to {}, got {}", kPrepThreads,
+              groups);
+  EMBER_CHECK(p.rows < INT_MAX && p.n <= INT_MAX * int64_t{kBN}, "grouped_mm", "rows on CUDA: expected fewer than {}, got {}", INT_MAX,
+              p.rows);
+  cudaStream_t stream = current_raw_stream(device);
+  const int64_t row_tiles = (p.rows + kBM - 1) / kBM;
+  const int64_t map_len = p.offs ? row_tiles + groups : row_tiles;
+  // With offsets, the prep kernel fills a workspace: ends [G], active [G], num_active [1], tile
+  // map [2 * map_len]. Without, every kernel takes one group of all rows.
+  Tensor ws;
+  int32_t *ends = nullptr, *active = nullptr, *num_active = nullptr, *tile_map = nullptr;
+  if (p.offs) {
+    ws = empty({2 * groups + 1 + 2 * map_len}, kInt32, Device::cuda(device));
+    ends = ws.data_ptr<int32_t>();
+    active = ends + groups;
+    num_active = active + groups;
+    tile_map = num_active + 1;
+    prep_kernel<<<1, kPrepThreads, 0, stream>>>(p.offs, static_cast<int>(groups), static_cast<int>(p.rows), kBM, ends, active,
+                                                num_active, tile_map, static_cast<int>(map_len));
+    EMBER_CUDA_CHECK_LAUNCH();
+  }
+  const size_t a_size = itemsize(p.a_type), b_size = itemsize(p.b_type);
+  const bool decode_layout = p.a_ks == 1 && p.b_ks == 1 && aligned16(p.a) && aligned16(p.b) && (p.a_rs * a_size) % 16 == 0 &&
+                             (p.b_ns * b_size) % 16 == 0 && (p.b_gs * b_size) % 16 == 0;
+  const bool few_rows = p.rows <= 8 * groups;
+  with_types(p, [&](auto* a_tag, auto* b_tag, auto* o_tag) {
+    using AT = std::remove_pointer_t<decltype(a_tag)>;
+    using BT = std::remove_pointer_t<decltype(b_tag)>;
+    using OT = std::remove_pointer_t<decltype(o_tag)>;
+    if (decode_layout && few_rows) {
+      // 8 warps (columns) per block when that still gives two waves of blocks, else 2.
+      const int sms = device_properties(device).multiProcessorCount;
+      const int threads = p.n >= int64_t{16} * sms * 8 ? 256 : 64;
+      const auto slots = static_cast<unsigned>(std::min<int64_t>({groups, p.rows, 65535}));
+      const dim3 grid(static_cast<unsigned>((p.n + threads / 32 - 1) / (threads / 32)), slots);
+      decode_kernel<AT, BT, OT><<<grid, threads, 0, stream>>>(p, ends, active, num_active);
+    } else {
+      const dim3 grid(static_cast<unsigned>(map_len), static_cast<unsigned>((p.n + kBN - 1) / kBN));
+      EMBER_CHECK(grid.y <= 65535, "grouped_mm", "output columns on CUDA: expected at most {}, got {}", 65535 * kBN, p.n);
+      tiled_kernel<AT, BT, OT><<<grid, kTileThreads, 0, stream>>>(p, ends, tile_map);
+    }
+    EMBER_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void run_batch(const BatchProblem& p, int device) {
+  if (p.m == 0 || p.n == 0 || p.groups == 0) return;
+  cudaStream_t stream = current_raw_stream(device);
+  Tensor ws;
+  int32_t* ends = nullptr;
+  if (p.offs) {
+    EMBER_CHECK(p.groups <= kPrepThreads, "grouped_mm", "number of groups on CUDA: expected at most {}, got {}", kPrepThreads, p.groups);
+    ws = empty({3 * p.groups + 1}, kInt32, Device::cuda(device));
+    ends = ws.data_ptr<int32_t>();
+    EMBER_CHECK(p.k < INT_MAX, "grouped_mm", "contraction size on CUDA: expected below {}, got {}", INT_MAX, p.k);
+    prep_kernel<<<1, kPrepThreads, 0, stream>>>(p.offs, static_cast<int>(p.groups), static_cast<int>(p.k), 0, ends,
+                                                ends + p.groups, ends + 2 * p.groups, nullptr, 0);
+    EMBER_CUDA_CHECK_LAUNCH();
+  }
+  const dim3 grid(static_cast<unsigned>((p.m + kBM - 1) / kBM), static_cast<unsigned>((p.n + kBN - 1) / kBN),
+                  static_cast<unsigned>(p.groups));
+  EMBER_CHECK(grid.y <= 65535 && grid.z <= 65535, "grouped_mm", "grid on CUDA: expected at most 65535 column tiles and groups, got {} and {}",
+              grid.y, grid.z);
+  with_type(p.type, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (!std::is_same_v<T, E4m3>) batch_kernel<T><<<grid, kTileThreads, 0, stream>>>(p, ends);
+  });
+  EMBER_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace gmm
+
+void grouped_mm(const Tensor& a, const Tensor& b, const Tensor& offs, const Tensor& out) {
+  const int device = out.device().index;
+  const int32_t* offs_p = offs.defined() ? offs.data_ptr<int32_t>() : nullptr;
+  if (a.dim() == 2 && b.dim() == 3) {  // rows
+    gmm::RowsProblem p;
+    p.a = a.raw_data(); p.a_rs = a.stride(0); p.a_ks = a.stride(1); p.a_type = a.dtype();
+    p.b = b.raw_data(); p.b_gs = b.stride(0); p.b_ks = b.stride(1); p.b_ns = b.stride(2); p.b_type = b.dtype();
+    p.offs = offs_p; p.groups = b.size(0); p.rows = a.size(0); p.n = b.size(2); p.k = a.size(1);
+    p.out = out.raw_data(); p.o_rs = out.stride(0); p.o_ns = out.stride(1); p.out_type = out.dtype();
+    gmm::run_rows(p, device);
+  } else if (a.dim() == 3 && b.dim() == 2) {  // columns: out^T[c, m] = sum_k B[k, c] A[g, m, k]
+    gmm::RowsProblem p;
+    p.a = b.raw_data(); p.a_rs = b.stride(1); p.a_ks = b.stride(0); p.a_type = b.dtype();
+    p.b = a.raw_data(); p.b_gs = a.stride(0); p.b_ks = a.stride(2); p.b_ns = a.stride(1); p.b_type = a.dtype();
+    p.offs = offs_p; p.groups = a.size(0); p.rows = b.size(1); p.n = a.size(1); p.k = a.size(2);
+    p.out = out.raw_data(); p.o_rs = out.stride(1); p.o_ns = out.stride(0); p.out_type = out.dtype();
+    gmm::run_rows(p, device);
+  } else {  // 2D x 2D (K jagged) or 3D x 3D
+    gmm::BatchProblem p;
+    const bool batched = a.dim() == 3;
+    p.a = a.raw_data(); p.a_gs = batched ? a.stride(0) : 0; p.a_ms = a.stride(-2); p.a_ks = a.stride(-1);
+    p.b = b.raw_data(); p.b_gs = batched ? b.stride(0) : 0; p.b_ks = b.stride(-2); p.b_ns = b.stride(-1);
+    p.type = a.dtype(); p.offs = offs_p; p.groups = out.size(0); p.m = out.size(1); p.n = out.size(2); p.k = a.size(-1);
+    p.out = out.raw_data(); p.o_gs = out.stride(0); p.o_ms = out.stride(1); p.o_ns = out.stride(2);
+    gmm::run_batch(p, device);
+  }
+}
+
+void scaled_grouped_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b, const Tensor& offs,
+                       const Tensor& out) {
+  gmm::RowsProblem p;
+  p.a = a.raw_data(); p.a_rs = a.stride(0); p.a_ks = a.stride(1); p.a_type = a.dtype();
+  if (scale_a.defined()) {
+    p.scale_a = scale_a.data_ptr<float>();
+    p.scale_a_rows = scale_a.numel() > 1;
+  }
+  p.b = b.raw_data(); p.b_gs = b.stride(0); p.b_ks = b.stride(1); p.b_ns = b.stride(2); p.b_type = b.dtype();
+  p.scale_b = gmm::weight_scale(scale_b, b.size(2));
+  p.offs = offs.data_ptr<int32_t>(); p.groups = b.size(0); p.rows = a.size(0); p.n = b.size(2); p.k = a.size(1);
+  p.out = out.raw_data(); p.o_rs = out.stride(0); p.o_ns = out.stride(1); p.out_type = out.dtype();
+  gmm::run_rows(p, out.device().index);
+}
+
+}  // namespace ember::cuda

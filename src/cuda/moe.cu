@@ -1,0 +1,667 @@
+// Mixture of experts on CUDA, without a single device-to-host read (the whole layer can be
+// captured in a CUDA graph and replayed with different routing):
+//   route_kernel        one warp per token: softmax/sigmoid scores, top-k by k rounds of warp
+//                       arg-max (ties to the lower expert), renormalisation, routed scaling, and
+//                       the shared expert's sigmoid gate (x . gate) when there is one.
+//   permute_kernel      one block: stable counting sort of the (token, slot) pairs by expert
+//                       (histogram, scan, then per chunk of 256 pairs: rank inside each warp by
+//                       __match_any_sync, plus the same expert's count in earlier warps).
+//   gather / silu_mul / combine   the prefill glue around grouped_mm (src/cuda/grouped_mm.cu);
+//                       combine is the weighted un-permute as a gather (deterministic, no atomics).
+//   gate_up_decode_kernel / down_decode_kernel   the decode layer: no permutation at all. Block
+//                       y of the first kernel is pair y (or the shared expert of a token); one warp
+//                       per intermediate channel streams its gate and up rows with 16-byte loads and
+//                       writes silu(gate) * up. In the second, one warp per output channel walks all
+//                       of its token's pairs (weights of distinct experts, read once) and writes the
+//                       weighted sum directly: the combine costs nothing.
+// A decode layer is 4 kernels: router product (grouped_mm's decode kernel, f32 out), route,
+// gate_up, down.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "backend.h"
+#include "cuda/grouped_mm.h"
+#include "cuda/moe_elements.cuh"
+#include "cuda/runtime.h"
+
+namespace ember::cuda {
+namespace {
+
+using gmm::E4m3;
+using gmm::from_f;
+using gmm::load8;
+using gmm::to_f;
+using gmm::WeightScale;
+
+__device__ __forceinline__ float silu_f(float g) { return g / (1.f + expf(-g)); }
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+__device__ __forceinline__ float block_scale(const WeightScale& s, int64_t g, int64_t n, int64_t k) {
+  return s.kind == WeightScale::Block128 ? s.ptr[g * s.s0 + (n / 128) * s.s1 + (k / 128) * s.s2] : 1.f;
+}
+__device__ __forceinline__ float column_scale(const WeightScale& s, int64_t g, int64_t n) {
+  if (s.kind == WeightScale::Tensorwise) return s.ptr[g * s.s0];
+  if (s.kind == WeightScale::Rowwise) return s.ptr[g * s.s0 + n * s.s1];
+  return 1.f;
+}
+
+// ---- routing ------------------------------------------------------------------------------------
+constexpr int kRouteWarps = 4;
+constexpr int kMaxPerLane = 32;  // E <= 1024
+
+struct RouteArgs {
+  const void* logits = nullptr;
+  int64_t l_ts = 0, l_es = 1;
+  const float* bias = nullptr;  // [E] contiguous f32 or nullptr
+  int64_t tokens = 0, experts = 0;
+  int k = 1;
+  bool softmax = true, norm = true;
+  float eps = 0, scaling = 1;
+  float* weights = nullptr;  // [T, k]
+  int32_t* ids = nullptr;
+  // The shared expert's gate: sg[t] = sigmoid(x[t] . gate), when sg is not null.
+  const void* x = nullptr;
+  int64_t x_ts = 0, hidden = 0;
+  const void* gate = nullptr;
+  float* sg = nullptr;
+};
+
+// Is (k1, e1) chosen before (k2, e2)? Larger key first, ties to the lower expert, NaN last.
+__device__ __forceinline__ bool before(float k1, int e1, float k2, int e2) {
+  const bool n1 = isnan(k1), n2 = isnan(k2);
+  if (n1 != n2) return n2;
+  if (n1) return e1 < e2;
+  return k1 > k2 || (k1 == k2 && e1 < e2);
+}
+
+template <class L, class X>
+__global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
+  const int lane = threadIdx.x % 32;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + threadIdx.x / 32;
+  if (t >= a.tokens) return;
+  const int E = static_cast<int>(a.experts);
+  const L* row = static_cast<const L*>(a.logits) + t * a.l_ts;
+  float score[kMaxPerLane], key[kMaxPerLane];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int e = lane + 32 * i;
+    score[i] = e < E ? to_f(row[e * a.l_es]) : -INFINITY;
+    mx = fmaxf(mx, score[i]);
+  }
+  if (a.softmax) {
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      score[i] = lane + 32 * i < E ? expf(score[i] - mx) : 0.f;
+      sum += score[i];
+    }
+    sum = warp_sum(sum);
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) score[i] /= sum;
+  } else {
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) score[i] = 1.f / (1.f + expf(-score[i]));
+  }
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int e = lane + 32 * i;
+    key[i] = score[i] + (a.bias && e < E ? a.bias[e] : 0.f);
+  }
+  uint32_t taken = 0;
+  float chosen_score = 0.f, total = 0.f;
+  int chosen_id = 0;
+  for (int j = 0; j < a.k; ++j) {
+    bool valid = false;
+    float bk = 0.f, bs = 0.f;
+    int be = INT_MAX;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int e = lane + 32 * i;
+      if (e < E && !((taken >> i) & 1u) && (!valid || before(key[i], e, bk, be))) {
+        valid = true;
+        bk = key[i];
+        bs = score[i];
+        be = e;
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+      const bool ov = __shfl_xor_sync(0xffffffffu, valid, off);
+      const float ok = __shfl_xor_sync(0xffffffffu, bk, off), os = __shfl_xor_sync(0xffffffffu, bs, off);
+      const int oe = __shfl_xor_sync(0xffffffffu, be, off);
+      if (ov && (!valid || before(ok, oe, bk, be))) {
+        valid = true;
+        bk = ok;
+        bs = os;
+        be = oe;
+      }
+    }
+    if (be % 32 == lane) taken |= 1u << (be / 32);
+    if (lane == j) {
+      chosen_score = bs;
+      chosen_id = be;
+    }
+    total += bs;
+  }
+  const float norm = a.norm ? 1.f / (total + a.eps) : 1.f;
+  if (lane < a.k) {
+    a.weights[t * a.k + lane] = chosen_score * norm * a.scaling;
+    a.ids[t * a.k + lane] = chosen_id;
+  }
+  if (a.sg) {
+    const X* xr = static_cast<const X*>(a.x) + t * a.x_ts;
+    const X* g = static_cast<const X*>(a.gate);
+    float d = 0.f;
+    for (int64_t h = lane; h < a.hidden; h += 32) d = fmaf(to_f(xr[h]), to_f(g[h]), d);
+    d = warp_sum(d);
+    if (lane == 0) a.sg[t] = 1.f / (1.f + expf(-d));
+  }
+}
+
+// ---- permutation ----------------------------------------------------------------------------------
+constexpr int kPermuteThreads = 256, kPermuteWarps = kPermuteThreads / 32, kMaxBuckets = 1025;
+
+template <class I>
+__global__ void __launch_bounds__(kPermuteThreads) permute_kernel(const I* __restrict__ ids, int64_t pairs, int k, int experts,
+                                                                  int32_t* __restrict__ order, int32_t* __restrict__ inverse,
+                                                                  int32_t* __restrict__ tokens, int32_t* __restrict__ counts,
+                                                                  int32_t* __restrict__ offsets) {
+  __shared__ int count[kMaxBuckets], next[kMaxBuckets], warp_count[kPermuteWarps][kMaxBuckets], partial[kPermuteThreads];
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int buckets = experts + 1;  // the last bucket takes ids outside [0, E), after every group
+  const auto bucket = [&](int64_t p) {
+    const int64_t v = ids[p];
+    return v >= 0 && v < experts ? static_cast<int>(v) : experts;
+  };
+  for (int b = tid; b < buckets; b += kPermuteThreads) {
+    count[b] = 0;
+    for (int w = 0; w < kPermuteWarps; ++w) warp_count[w][b] = 0;
+  }
+  __syncthreads();
+  for (int64_t p = tid; p < pairs; p += kPermuteThreads) atomicAdd(&count[bucket(p)], 1);
+  __syncthreads();
+  // Exclusive scan of the bucket counts: each thread sums a run of buckets, then the runs scan.
+  const int per = (buckets + kPermuteThreads - 1) / kPermuteThreads;
+  const int b0 = min(tid * per, buckets), b1 = min(b0 + per, buckets);
+  int run = 0;
+  for (int b = b0; b < b1; ++b) run += count[b];
+  partial[tid] = run;
+  __syncthreads();
+  for (int d = 1; d < kPermuteThreads; d *= 2) {
+    const int other = tid >= d ? partial[tid - d] : 0;
+    __syncthreads();
+    partial[tid] += other;
+    __syncthreads();
+  }
+  int start = partial[tid] - run;
+  for (int b = b0; b < b1; ++b) {
+    next[b] = start;
+    start += count[b];
+    if (b < experts) {
+      counts[b] = count[b];
+      offsets[b] = start;
+    }
+  }
+  __syncthreads();
+  for (int64_t chunk = 0; chunk < pairs; chunk += kPermuteThreads) {
+    const int64_t p = chunk + tid;
+    const bool valid = p < pairs;
+    const int b = valid ? bucket(p) : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, b);
+    const int rank = __popc(peers & ((1u << lane) - 1u));
+    const bool leader = __ffs(peers) - 1 == lane;
+    if (valid && leader) warp_count[warp][b] = __popc(peers);
+    __syncthreads();
+    if (valid) {
+      int pos = next[b] + rank;
+      for (int w = 0; w < warp; ++w) pos += warp_count[w][b];
+      order[pos] = static_cast<int32_t>(p);
+      inverse[p] = pos;
+      tokens[pos] = static_cast<int32_t>(p / k);
+    }
+    __syncthreads();
+    if (valid && leader) {
+      atomicAdd(&next[b], __popc(peers));
+      warp_count[warp][b] = 0;
+    }
+    __syncthreads();
+  }
+}
+
+// ---- prefill glue ---------------------------------------------------------------------------------
+template <class T>
+__global__ void gather_rows_kernel(const T* __restrict__ x, int64_t x_rs, const int32_t* __restrict__ rows, int64_t n_rows, int64_t h,
+                                   T* __restrict__ out, int64_t o_rs) {
+  for (int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
+    const T* src = x + static_cast<int64_t>(rows[r]) * x_rs;
+    T* dst = out + r * o_rs;
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) dst[c] = src[c];
+  }
+}
+
+template <class T>
+__global__ void silu_mul_kernel(const T* __restrict__ g, const T* __restrict__ u, int64_t in_rs, int64_t rows, int64_t cols,
+                                T* __restrict__ out, int64_t o_rs) {
+  const int64_t total = rows * cols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    out[r * o_rs + c] = from_f<T>(silu_f(to_f(g[r * in_rs + c])) * to_f(u[r * in_rs + c]));
+  }
+}
+
+// out[t, c] = sum_j w[t, j] * y[inverse[t*k + j], c] (+ sg[t] * ys[t, c]); an inverse entry out of
+// range is reported through the device error word and skipped.
+template <class T, class W>
+__global__ void combine_kernel(const T* __restrict__ y, int64_t y_rs, int64_t y_rows, const int32_t* __restrict__ inverse,
+                               const W* __restrict__ w, int64_t w_ts, int64_t w_ks, int64_t tokens, int k, int64_t h,
+                               const T* __restrict__ ys, int64_t ys_rs, const float* __restrict__ sg, T* __restrict__ out,
+                               int64_t o_rs, DeviceError* err) {
+  const int64_t total = tokens * h;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / h, c = i % h;
+    float acc = 0.f;
+    for (int j = 0; j < k; ++j) {
+      const int64_t pos = inverse[t * k + j];
+      if (pos < 0 || pos >= y_rows) {
+        if (atomicCAS(&err->code, kNoDeviceError, kIndexOutOfRange) == kNoDeviceError) {
+          err->value = pos;
+          err->bound = y_rows;
+        }
+        continue;
+      }
+      acc = fmaf(to_f(w[t * w_ts + j * w_ks]), to_f(y[pos * y_rs + c]), acc);
+    }
+    if (ys) acc = fmaf(sg ? sg[t] : 1.f, to_f(ys[t * ys_rs + c]), acc);
+    out[t * o_rs + c] = from_f<T>(acc);
+  }
+}
+
+// ---- fused decode ---------------------------------------------------------------------------------
+struct DecodeArgs {
+  const void* x = nullptr;
+  int64_t x_ts = 0, tokens = 0, hidden = 0, inter = 0;
+  int k = 1;
+  const int32_t* ids = nullptr;
+  const float* weights = nullptr;
+  const void *gate = nullptr, *up = nullptr;  // [E, I, H], unit stride along H
+  int64_t gu_es = 0, gate_rs = 0, up_rs = 0;
+  WeightScale gate_scale, up_scale;
+  const void* down = nullptr;  // [E, H, I], unit stride along I
+  int64_t d_es = 0, d_rs = 0;
+  WeightScale down_scale;
+  bool shared = false;
+  const void *s_gate = nullptr, *s_up = nullptr;  // [Is, H] each, x's dtype
+  int64_t s_rs = 0, s_inter = 0;
+  const void* s_down = nullptr;  // [H, Is]
+  int64_t sd_rs = 0;
+  const float* sg = nullptr;  // [T] shared gate, or nullptr (weight 1)
+  void* h = nullptr;          // [pairs (+ tokens), h_rs]
+  int64_t h_rs = 0;
+  void* out = nullptr;
+  int64_t o_ts = 0;
+};
+
+constexpr int kDecodeThreads = 256, kDecodeWarps = kDecodeThreads / 32;
+
+// One warp: h = silu(x . gate_row) * (x . up_row) for one intermediate channel i of expert e.
+template <class T, class WT>
+__device__ __forceinline__ void gate_up_channel(const T* x, const WT* g_row, const WT* u_row, int64_t hidden, const WeightScale& gs,
+                                                const WeightScale& us, int64_t e, int64_t i, T* h_out) {
+  const int lane = threadIdx.x % 32;
+  const int64_t chunks = hidden / 8;
+  const bool blocks = gs.kind == WeightScale::Block128;
+  float g = 0.f, u = 0.f;
+#pragma unroll 4
+  for (int64_t c = lane; c < chunks; c += 32) {
+    float gf[8], uf[8], xf[8];
+    load8(g_row + c * 8, gf);
+    load8(u_row + c * 8, uf);
+    load8(x + c * 8, xf);
+    float dg = 0.f, du = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      dg = fmaf(xf[j], gf[j], dg);
+      du = fmaf(xf[j], uf[j], du);
+    }
+    if (blocks) {
+      dg *= block_scale(gs, e, i, c * 8);
+      du *= block_scale(us, e, i, c * 8);
+    }
+    g += dg;
+    u += du;
+  }
+  for (int64_t kk = chunks * 8 + lane; kk < hidden; kk += 32) {
+    const float xv = to_f(x[kk]);
+    g = fmaf(xv, to_f(g_row[kk]) * block_scale(gs, e, i, kk), g);
+    u = fmaf(xv, to_f(u_row[kk]) * block_scale(us, e, i, kk), u);
+  }
+  g = warp_sum(g) * column_scale(gs, e, i);
+  u = warp_sum(u) * column_scale(us, e, i);
+  if (lane == 0) *h_out = from_f<T>(silu_f(g) * u);
+}
+
+template <class T, class WT>
+__global__ void __launch_bounds__(kDecodeThreads) gate_up_decode_kernel(DecodeArgs a) {
+  const int64_t slot = blockIdx.y, pairs = a.tokens * a.k;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kDecodeWarps + threadIdx.x / 32;
+  T* h = static_cast<T*>(a.h) + slot * a.h_rs + i;
+  if (slot < pairs) {
+    if (i >= a.inter) return;
+    const int64_t t = slot / a.k, e = a.ids[slot];
+    const T* x = static_cast<const T*>(a.x) + t * a.x_ts;
+    const WT* g = static_cast<const WT*>(a.gate) + e * a.gu_es + i * a.gate_rs;
+    const WT* u = static_cast<const WT*>(a.up) + e * a.gu_es + i * a.up_rs;
+    gate_up_channel<T, WT>(x, g, u, a.hidden, a.gate_scale, a.up_scale, e, i, h);
+  } else {  // the shared expert of token slot - pairs
+    if (i >= a.s_inter) return;
+    const T* x = static_cast<const T*>(a.x) + (slot - pairs) * a.x_ts;
+    const T* g = static_cast<const T*>(a.s_gate) + i * a.s_rs;
+    const T* u = static_cast<const T*>(a.s_up) + i * a.s_rs;
+    gate_up_channel<T, T>(x, g, u, a.hidden, WeightScale{}, WeightScale{}, 0, i, h);
+  }
+}
+
+template <class T, class WT>
+__global__ void __launch_bounds__(kDecodeThreads) down_decode_kernel(DecodeArgs a) {
+  const int lane = threadIdx.x % 32;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kDecodeWarps + threadIdx.x / 32;
+  if (n >= a.hidden) return;
+  const int64_t chunks = a.inter / 8, pairs = a.tokens * a.k;
+  const bool blocks = a.down_scale.kind == WeightScale::Block128;
+  for (int64_t t = 0; t < a.tokens; ++t) {
+    float acc = 0.f;
+    // (pair, chunk) flattened so the loads of different experts are in flight together.
+    const int64_t work = a.k * chunks;
+#pragma unroll 4
+    for (int64_t idx = lane; idx < work; idx += 32) {
+      const int64_t j = idx / chunks, c = idx - j * chunks, slot = t * a.k + j, e = a.ids[slot];
+      float wf[8], hf[8];
+      load8(static_cast<const WT*>(a.down) + e * a.d_es + n * a.d_rs + c * 8, wf);
+      load8(static_cast<const T*>(a.h) + slot * a.h_rs + c * 8, hf);
+      float d = 0.f;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) d = fmaf(wf[q], hf[q], d);
+      const float s = a.weights[slot] * column_scale(a.down_scale, e, n) * (blocks ? block_scale(a.down_scale, e, n, c * 8) : 1.f);
+      acc = fmaf(d, s, acc);
+    }
+    for (int64_t j = 0; j < a.k && chunks * 8 < a.inter; ++j) {
+      const int64_t slot = t * a.k + j, e = a.ids[slot];
+      const WT* w = static_cast<const WT*>(a.down) + e * a.d_es + n * a.d_rs;
+      const T* hr = static_cast<const T*>(a.h) + slot * a.h_rs;
+      float d = 0.f;
+      for (int64_t kk = chunks * 8 + lane; kk < a.inter; kk += 32) d = fmaf(to_f(w[kk]) * block_scale(a.down_scale, e, n, kk), to_f(hr[kk]), d);
+      acc = fmaf(d, a.weights[slot] * column_scale(a.down_scale, e, n), acc);
+    }
+    if (a.shared) {
+      const T* w = static_cast<const T*>(a.s_down) + n * a.sd_rs;
+      const T* hr = static_cast<const T*>(a.h) + (pairs + t) * a.h_rs;
+      const int64_t s_chunks = a.s_inter / 8;
+      float d = 0.f;
+      for (int64_t c = lane; c < s_chunks; c += 32) {
+        float wf[8], hf[8];
+        load8(w + c * 8, wf);
+        load8(hr + c * 8, hf);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) d = fmaf(wf[q], hf[q], d);
+      }
+      for (int64_t kk = s_chunks * 8 + lane; kk < a.s_inter; kk += 32) d = fmaf(to_f(w[kk]), to_f(hr[kk]), d);
+      acc = fmaf(d, a.sg ? a.sg[t] : 1.f, acc);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) static_cast<T*>(a.out)[t * a.o_ts + n] = from_f<T>(acc);
+  }
+}
+
+// ---- host -----------------------------------------------------------------------------------------
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool rows_aligned(const Tensor& t, int64_t row_stride) {
+  return aligned16(t.raw_data()) && (row_stride * static_cast<int64_t>(t.itemsize())) % 16 == 0;
+}
+int64_t round8(int64_t v) { return (v + 7) / 8 * 8; }
+unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>(std::clamp<int64_t>((n + threads - 1) / threads, 1, 65535)); }
+
+// Calls f(T*) with the kernel element type of a float dtype.
+template <class F> void with_float(DType d, F&& f) {
+  switch (d) {
+    case kFloat32: f(static_cast<float*>(nullptr)); break;
+    case kFloat16: f(static_cast<__half*>(nullptr)); break;
+    case kBFloat16: f(static_cast<__nv_bfloat16*>(nullptr)); break;
+    case kFloat64: f(static_cast<double*>(nullptr)); break;
+    default: fail("moe", "CUDA element type: expected float32, float16, bfloat16 or float64, got {}", name(d));
+  }
+}
+
+Tensor f32_contiguous(const Tensor& t) {
+  if (!t.defined()) return t;
+  const Tensor f = t.dtype() == kFloat32 ? t : t.to(kFloat32);
+  return f.contiguous();
+}
+
+void launch_route(const RouteArgs& args, DType logits_type, DType x_type, cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned>((args.tokens + kRouteWarps - 1) / kRouteWarps);
+  with_float(logits_type, [&](auto* l_tag) {
+    using L = std::remove_pointer_t<decltype(l_tag)>;
+    with_float(x_type, [&](auto* x_tag) {
+      using X = std::remove_pointer_t<decltype(x_tag)>;
+      if constexpr (!std::is_same_v<X, double>) route_kernel<L, X><<<blocks, kRouteWarps * 32, 0, stream>>>(args);
+    });
+  });
+  EMBER_CUDA_CHECK_LAUNCH();
+}
+
+void launch_permute(const Tensor& ids, const Tensor& order, const Tensor& inverse, const Tensor& tokens, const Tensor& counts,
+                    const Tensor& offsets, cudaStream_t stream) {
+  const Tensor c = ids.contiguous();
+  const int64_t pairs = c.numel();
+  const int k = static_cast<int>(ids.size(1)), experts = static_cast<int>(counts.size(0));
+  if (c.dtype() == kInt32) {
+    permute_kernel<int32_t><<<1, kPermuteThreads, 0, stream>>>(c.data_ptr<int32_t>(), pairs, k, experts, order.data_ptr<int32_t>(),
+                                                              inverse.data_ptr<int32_t>(), tokens.data_ptr<int32_t>(),
+                                                              counts.data_ptr<int32_t>(), offsets.data_ptr<int32_t>());
+  } else {
+    permute_kernel<int64_t><<<1, kPermuteThreads, 0, stream>>>(c.data_ptr<int64_t>(), pairs, k, experts, order.data_ptr<int32_t>(),
+                                                              inverse.data_ptr<int32_t>(), tokens.data_ptr<int32_t>(),
+                                                              counts.data_ptr<int32_t>(), offsets.data_ptr<int32_t>());
+  }
+  EMBER_CUDA_CHECK_LAUNCH();
+}
+
+// out [rows, n] = a [rows, k] @ w^T for w [G, n, k] (unit stride along k), grouped by offs (or one group).
+void rows_product(const Tensor& a, const Tensor& w, const Tensor& w_scale, const int32_t* offs, const Tensor& out, int device) {
+  gmm::RowsProblem p;
+  p.a = a.raw_data(); p.a_rs = a.stride(0); p.a_ks = a.stride(1); p.a_type = a.dtype();
+  p.b = w.raw_data(); p.b_gs = w.stride(0); p.b_ks = w.stride(2); p.b_ns = w.stride(1); p.b_type = w.dtype();
+  p.scale_b = gmm::weight_scale(w_scale, w.size(1));
+  p.offs = offs; p.groups = w.size(0); p.rows = a.size(0); p.n = w.size(1); p.k = w.size(2);
+  p.out = out.raw_data(); p.o_rs = out.stride(0); p.o_ns = out.stride(1); p.out_type = out.dtype();
+  gmm::run_rows(p, device);
+}
+
+template <class T>
+void launch_silu_mul(const Tensor& gu, int64_t inter, const Tensor& h, cudaStream_t stream) {
+  const int64_t rows = gu.size(0);
+  const T* g = static_cast<const T*>(gu.raw_data());
+  silu_mul_kernel<T><<<blocks_for(rows * inter, 256), 256, 0, stream>>>(g, g + inter, gu.stride(0), rows, inter,
+                                                                        static_cast<T*>(h.raw_data()), h.stride(0));
+  EMBER_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void moe_route(const Tensor& logits, const Tensor& expert_bias, const MoeRouteOptions& options, const Tensor& weights,
+               const Tensor& ids) {
+  const int device = logits.device().index;
+  const Tensor bias = f32_contiguous(expert_bias);
+  RouteArgs a;
+  a.logits = logits.raw_data(); a.l_ts = logits.stride(0); a.l_es = logits.stride(1);
+  a.bias = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  a.tokens = logits.size(0); a.experts = logits.size(1); a.k = static_cast<int>(options.top_k);
+  a.softmax = options.scoring == MoeScoring::Softmax; a.norm = options.norm_topk;
+  a.eps = static_cast<float>(options.norm_eps); a.scaling = static_cast<float>(options.routed_scaling);
+  a.weights = weights.data_ptr<float>(); a.ids = ids.data_ptr<int32_t>();
+  launch_route(a, logits.dtype(), kFloat32, current_raw_stream(device));
+}
+
+void moe_permute(const Tensor& expert_ids, const Tensor& order, const Tensor& inverse, const Tensor& tokens, const Tensor& counts,
+                 const Tensor& offsets) {
+  if (expert_ids.numel() == 0) {  // no pairs: every group empty
+    fill(counts, Scalar(0));
+    fill(offsets, Scalar(0));
+    return;
+  }
+  launch_permute(expert_ids, order, inverse, tokens, counts, offsets, current_raw_stream(expert_ids.device().index));
+}
+
+void moe_unpermute(const Tensor& y, const Tensor& inverse, const Tensor& weights, const Tensor& out) {
+  const int device = y.device().index;
+  cudaStream_t stream = current_raw_stream(device);
+  const Tensor inv = inverse.contiguous();
+  const int64_t t = weights.size(0), h = y.size(1);
+  const int k = static_cast<int>(weights.size(1));
+  with_float(y.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    with_float(weights.dtype(), [&](auto* w_tag) {
+      using W = std::remove_pointer_t<decltype(w_tag)>;
+      if constexpr (!std::is_same_v<T, double>) {
+        combine_kernel<T, W><<<blocks_for(t * h, 256), 256, 0, stream>>>(
+            static_cast<const T*>(y.raw_data()), y.stride(0), y.size(0), inv.data_ptr<int32_t>(), static_cast<const W*>(weights.raw_data()),
+            weights.stride(0), weights.stride(1), t, k, h, nullptr, 0, nullptr, static_cast<T*>(out.raw_data()), out.stride(0),
+            device_error_word(device));
+      }
+    });
+  });
+  EMBER_CUDA_CHECK_LAUNCH();
+}
+
+void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& experts, const MoeLayerOptions& options,
+               const Tensor& out) {
+  const int device = x.device().index;
+  cudaStream_t stream = current_raw_stream(device);
+  const Device dev = x.device();
+  const int64_t t = x.size(0), hidden = x.size(1), e = router_weight.size(0), inter = experts.down.size(2);
+  const int k = static_cast<int>(options.route.top_k);
+  const int64_t pairs = t * k;
+  const bool shared = options.shared.has_value();
+  const int64_t s_inter = shared ? options.shared->down.size(1) : 0;
+  const bool shared_gate = shared && options.shared->gate.defined();
+
+  // Router: logits [T, E] f32 = x @ router^T (one group, f32 accumulate and output).
+  const Tensor logits = empty({t, e}, kFloat32, dev);
+  rows_product(x, router_weight.unsqueeze(0), Tensor(), nullptr, logits, device);
+  const Tensor weights = empty({t, k}, kFloat32, dev), ids = empty({t, k}, kInt32, dev);
+  const Tensor sg = shared_gate ? empty({t}, kFloat32, dev) : Tensor();
+  const Tensor bias = f32_contiguous(options.route.expert_bias.value_or(Tensor()));
+  RouteArgs ra;
+  ra.logits = logits.raw_data(); ra.l_ts = e; ra.l_es = 1;
+  ra.bias = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  ra.tokens = t; ra.experts = e; ra.k = k;
+  ra.softmax = options.route.scoring == MoeScoring::Softmax; ra.norm = options.route.norm_topk;
+  ra.eps = static_cast<float>(options.route.norm_eps); ra.scaling = static_cast<float>(options.route.routed_scaling);
+  ra.weights = weights.data_ptr<float>(); ra.ids = ids.data_ptr<int32_t>();
+  if (shared_gate) {
+    ra.x = x.raw_data(); ra.x_ts = x.stride(0); ra.hidden = hidden;
+    ra.gate = options.shared->gate.raw_data();
+    ra.sg = sg.data_ptr<float>();
+  }
+  launch_route(ra, kFloat32, x.dtype(), stream);
+
+  const Tensor s_gate = shared ? options.shared->gate_up.narrow(0, 0, s_inter) : Tensor();
+  const Tensor s_up = shared ? options.shared->gate_up.narrow(0, s_inter, s_inter) : Tensor();
+  const bool fp8 = experts.gate.dtype() == kFloat8_e4m3fn;
+  const bool decode = pairs <= 128 && rows_aligned(x, x.stride(0)) && rows_aligned(experts.gate, experts.gate.stride(1)) &&
+                      rows_aligned(experts.up, experts.up.stride(1)) && rows_aligned(experts.down, experts.down.stride(1)) &&
+                      (experts.gate.stride(0) * static_cast<int64_t>(experts.gate.itemsize())) % 16 == 0 &&
+                      (experts.down.stride(0) * static_cast<int64_t>(experts.down.itemsize())) % 16 == 0 &&
+                      experts.gate.stride(0) == experts.up.stride(0) &&
+                      (!shared || (rows_aligned(s_gate, s_gate.stride(0)) && rows_aligned(options.shared->down, options.shared->down.stride(0))));
+  if (decode) {
+    const int64_t slots = pairs + (shared ? t : 0);
+    const Tensor h = empty({slots, round8(std::max(inter, s_inter))}, x.dtype(), dev);
+    DecodeArgs a;
+    a.x = x.raw_data(); a.x_ts = x.stride(0); a.tokens = t; a.hidden = hidden; a.inter = inter; a.k = k;
+    a.ids = ids.data_ptr<int32_t>(); a.weights = weights.data_ptr<float>();
+    a.gate = experts.gate.raw_data(); a.up = experts.up.raw_data(); a.gu_es = experts.gate.stride(0);
+    a.gate_rs = experts.gate.stride(1); a.up_rs = experts.up.stride(1);
+    a.gate_scale = gmm::weight_scale(experts.gate_scale, inter);
+    a.up_scale = gmm::weight_scale(experts.up_scale, inter);
+    a.down = experts.down.raw_data(); a.d_es = experts.down.stride(0); a.d_rs = experts.down.stride(1);
+    a.down_scale = gmm::weight_scale(experts.down_scale, hidden);
+    if (shared) {
+      a.shared = true;
+      a.s_gate = s_gate.raw_data(); a.s_up = s_up.raw_data(); a.s_rs = s_gate.stride(0); a.s_inter = s_inter;
+      a.s_down = options.shared->down.raw_data(); a.sd_rs = options.shared->down.stride(0);
+      a.sg = shared_gate ? sg.data_ptr<float>() : nullptr;
+    }
+    a.h = h.raw_data(); a.h_rs = h.stride(0);
+    a.out = out.raw_data(); a.o_ts = out.stride(0);
+    const dim3 gu_grid(static_cast<unsigned>((std::max(inter, s_inter) + kDecodeWarps - 1) / kDecodeWarps), static_cast<unsigned>(slots));
+    const auto down_blocks = static_cast<unsigned>((hidden + kDecodeWarps - 1) / kDecodeWarps);
+    with_float(x.dtype(), [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      if constexpr (!std::is_same_v<T, double>) {
+        if (fp8) {
+          gate_up_decode_kernel<T, E4m3><<<gu_grid, kDecodeThreads, 0, stream>>>(a);
+          EMBER_CUDA_CHECK_LAUNCH();
+          down_decode_kernel<T, E4m3><<<down_blocks, kDecodeThreads, 0, stream>>>(a);
+        } else {
+          gate_up_decode_kernel<T, T><<<gu_grid, kDecodeThreads, 0, stream>>>(a);
+          EMBER_CUDA_CHECK_LAUNCH();
+          down_decode_kernel<T, T><<<down_blocks, kDecodeThreads, 0, stream>>>(a);
+        }
+      }
+    });
+    EMBER_CUDA_CHECK_LAUNCH();
+    return;
+  }
+
+  // Prefill: permute, gather, grouped products, combine.
+  const Tensor order = empty({pairs}, kInt32, dev), inverse = empty({pairs}, kInt32, dev), tokens = empty({pairs}, kInt32, dev);
+  const Tensor counts = empty({e}, kInt32, dev), offsets = empty({e}, kInt32, dev);
+  launch_permute(ids, order, inverse, tokens, counts, offsets, stream);
+  const Tensor xs = empty({pairs, round8(hidden)}, x.dtype(), dev).narrow(1, 0, hidden);
+  const Tensor gu = empty({pairs, round8(2 * inter)}, x.dtype(), dev).narrow(1, 0, 2 * inter);
+  const Tensor h = empty({pairs, round8(inter)}, x.dtype(), dev).narrow(1, 0, inter);
+  const Tensor y = empty({pairs, round8(hidden)}, x.dtype(), dev).narrow(1, 0, hidden);
+  const int32_t* offs = offsets.data_ptr<int32_t>();
+  Tensor ys;
+  with_float(x.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (!std::is_same_v<T, double>) {
+      gather_rows_kernel<T><<<blocks_for(pairs, 1), 256, 0, stream>>>(static_cast<const T*>(x.raw_data()), x.stride(0),
+                                                                       tokens.data_ptr<int32_t>(), pairs, hidden,
+                                                                       static_cast<T*>(xs.raw_data()), xs.stride(0));
+      EMBER_CUDA_CHECK_LAUNCH();
+      rows_product(xs, experts.gate, experts.gate_scale, offs, gu.narrow(1, 0, inter), device);
+      rows_product(xs, experts.up, experts.up_scale, offs, gu.narrow(1, inter, inter), device);
+      launch_silu_mul<T>(gu, inter, h, stream);
+      rows_product(h, experts.down, experts.down_scale, offs, y, device);
+      if (shared) {
+        const Tensor gs = empty({t, round8(2 * s_inter)}, x.dtype(), dev).narrow(1, 0, 2 * s_inter);
+        const Tensor hs = empty({t, round8(s_inter)}, x.dtype(), dev).narrow(1, 0, s_inter);
+        ys = empty({t, round8(hidden)}, x.dtype(), dev).narrow(1, 0, hidden);
+        rows_product(x, options.shared->gate_up.unsqueeze(0), Tensor(), nullptr, gs, device);
+        launch_silu_mul<T>(gs, s_inter, hs, stream);
+        rows_product(hs, options.shared->down.unsqueeze(0), Tensor(), nullptr, ys, device);
+      }
+      combine_kernel<T, float><<<blocks_for(t * hidden, 256), 256, 0, stream>>>(
+          static_cast<const T*>(y.raw_data()), y.stride(0), pairs, inverse.data_ptr<int32_t>(), weights.data_ptr<float>(), k, 1, t, k,
+          hidden, ys.defined() ? static_cast<const T*>(ys.raw_data()) : nullptr, ys.defined() ? ys.stride(0) : 0,
+          shared_gate ? sg.data_ptr<float>() : nullptr, static_cast<T*>(out.raw_data()), out.stride(0), device_error_word(device));
+      EMBER_CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+}  // namespace ember::cuda
