@@ -1,12 +1,13 @@
 // CUDA linear algebra on batches of column-major matrices, the same contract as src/cpu/linalg.cpp
 // (LAPACK conventions: 1-based int32 pivots, info = first zero pivot or 0).
 //
-//   lu_factor         square n <= 16: register kernels (linalg_small.cu); m, n <= 64: one block per
-//                     matrix in shared memory; larger: cuSOLVER getrf per matrix. All pivot by
-//                     |re| + |im| with first-index ties, so pivots match LAPACK's. info stays on
-//                     the device (no host synchronisation).
-//   lu_solve          n <= 16: one thread per right-hand side; larger: cuSOLVER getrs (one matrix)
-//                     or cuBLAS getrsBatched, after the pivots are checked on the device.
+//   lu_factor         square n <= 16: register kernels (linalg_small.cu; one thread per matrix
+//                     for n <= 4); m, n <= 64: one block per matrix in shared memory; larger:
+//                     cuSOLVER getrf per matrix. All pivot by |re| + |im| with first-index ties,
+//                     so pivots match LAPACK's. info stays on the device (no host synchronisation).
+//   lu_solve          n <= 16: one thread per right-hand side (per matrix for n <= 4, k = 1);
+//                     larger: cuSOLVER getrs (one matrix) or cuBLAS getrsBatched, after the
+//                     pivots are checked on the device.
 //   inv               n <= 16: Gauss-Jordan in registers, one launch; larger: LU + solve with I.
 //   triangular_solve  cuBLAS trsm (trsmBatched over pointer arrays for batches).
 //   qr                cuSOLVER geqrf + orgqr/ungqr per matrix; Q starts as the k reflectors, so a

@@ -199,6 +199,7 @@ std::vector<Tensor> small_lu_solve_cases(Device d, DType dtype) {
     const Tensor B = randn_on(d, {1000, n, 3}, dtype, 600 + static_cast<uint64_t>(n));
     out.push_back(linalg::lu_solve(LU, pivots, B));
     out.push_back(linalg::lu_solve(LU, pivots, B, true, true));
+    out.push_back(linalg::lu_solve(LU, pivots, B.narrow(-1, 0, 1), true, true));  // one column, A^H X = B
     out.push_back(linalg::lu_solve(LU, pivots, B.transpose(-2, -1), false, false));
     out.push_back(linalg::solve(plu_matrices(d, 1000, n, dtype, 700 + n, false), B.select(-1, 0)));
   }
