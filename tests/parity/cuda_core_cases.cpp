@@ -80,7 +80,7 @@ EMBER_PARITY_CASE_TOL(cuda_copy_layouts, 0, 0, {
       h.permute({1, 2, 0}).to(kFloat32),                       // strided typed cast
       x.select(2, 3).unsqueeze(2).expand({9, 33, 4}).to(kFloat64),  // broadcast source
       cat({x, x.to(kFloat16).to(kFloat32)}, 1),                // slice destinations
-      cat({h.to(kInt32), h.to(kInt32).t().contiguous().t()}, 0),
+      cat({h.to(kInt32), h.to(kInt32).transpose(0, 2).contiguous().transpose(0, 2)}, 0),
   };
 });
 
