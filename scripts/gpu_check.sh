@@ -2,7 +2,7 @@
 # One call on the GPU machine: build with CUDA (sm_90a there; CI compiles sm_80 too), run every
 # test, run the CUDA tests under compute-sanitizer (memcheck, racecheck), run the decode
 # benchmarks next to PyTorch. Logs go to $OUT (or ./out). Steps: all (default) or a list of
-# build tests sanitize bench.
+# build tests sanitize bench (or one of bench-decode bench-core bench-linalg).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out}; mkdir -p "$out"
@@ -29,14 +29,29 @@ if has sanitize; then
   filter='Parity*:Cuda*:*Runtime*'
   for tool in memcheck racecheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 ./build-gpu/tests/ember_tests --gtest_brief=1 --gtest_filter="$filter" \
-      > "$out/sanitize-$tool.log" 2>&1
-    echo "$tool rc=$?"; grep -E "ERROR SUMMARY|tests ran|FAILED" "$out/sanitize-$tool.log" | tail -5
+      > "$out/sanitize-$tool.tmp" 2>&1
+    echo "$tool rc=$?"; grep -E "ERROR SUMMARY|tests ran|FAILED" "$out/sanitize-$tool.tmp" | tail -5
+    { echo "==== $tool"; cat "$out/sanitize-$tool.tmp"; } >> "$out/sanitize.log"; rm -f "$out/sanitize-$tool.tmp"
   done
 fi
-if has bench; then
-  stamp bench
-  python3 bench/shapes.py | ./build-gpu/bench/decode_bench > "$out/bench-ember.jsonl" 2> "$out/bench-ember.err"
-  (cd bench && python3 torch_decode.py) > "$out/bench-torch.jsonl" 2> "$out/bench-torch.err"
-  python3 bench/compare.py "$out/bench-ember.jsonl" "$out/bench-torch.jsonl" | tee "$out/perf.txt" | tail -30
+# Benchmarks: each writes JSON lines for ember and for PyTorch (same cases, same method, same
+# run); compare.py joins them into one table of ratios.
+bench_pair() {  # name, ember command, torch command
+  stamp "bench $1"
+  eval "$2" >> "$out/bench.jsonl" 2>> "$out/bench.err"
+  eval "$3" >> "$out/bench.jsonl" 2>> "$out/bench.err"
+}
+if has bench || has bench-decode; then
+  bench_pair decode "python3 bench/shapes.py | ./build-gpu/bench/decode_bench" "(cd bench && python3 torch_decode.py)"
+fi
+if has bench || has bench-core; then
+  bench_pair core ./build-gpu/bench/core_bench "python3 bench/torch_core.py"
+fi
+if has bench || has bench-linalg; then
+  bench_pair linalg ./build-gpu/bench/linalg_bench "(cd bench && python3 torch_linalg.py)"
+fi
+if [ -s "$out/bench.jsonl" ]; then
+  python3 bench/compare.py "$out/bench.jsonl" > "$out/perf.txt"
+  grep -E "geomean|missing|error" "$out/perf.txt"; tail -c 2500 "$out/bench.err"
 fi
 stamp done

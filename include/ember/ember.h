@@ -4,6 +4,7 @@
 #include "ember/device.h"
 #include "ember/dtype.h"
 #include "ember/error.h"
+#include "ember/linalg.h"
 #include "ember/ops.h"
 #include "ember/safetensors.h"
 #include "ember/scalar.h"

@@ -81,8 +81,10 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi
 Tensor clamp(const Tensor& x, const Tensor& lo, const Tensor& hi);
 /// cond must be kBool; a and b broadcast and promote.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
-/// Casts to a float8 type (or any float type) clamping finite values to its largest finite
-/// value instead of producing NaN/inf (the saturating cast FP8 recipes use); NaN stays NaN.
+/// Casts to a float8 type (or any float type) clamping out-of-range values, infinities included,
+/// to its largest finite value (the saturating cast FP8 recipes use); NaN stays NaN. Plain casts
+/// to float8_e4m3fn already saturate (torch 2.15's rule); for e5m2 and the 16-bit types a plain
+/// cast overflows to inf and this one does not.
 Tensor saturate_cast(const Tensor& x, DType dtype);
 
 Tensor operator+(const Tensor& a, const Tensor& b);

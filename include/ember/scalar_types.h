@@ -70,14 +70,15 @@ EMBER_HD inline uint16_t bf16_from_float(float f) {
 EMBER_HD inline float bf16_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
 
 // float8_e4m3fn: bias 7, no inf, NaN = S.1111.111, max 448. Round to nearest even and
-// NOT saturating: anything that rounds past 448 (|x| > 464, inf, NaN) becomes NaN (c10).
+// SATURATING, as torch 2.15's c10 (torch/headeronly/util/Float8_e4m3fn.h) and its tensor
+// casts: a finite value that rounds past 448 and +-inf become +-448 (0x7E); NaN -> 0x7F|sign.
 EMBER_HD inline uint8_t e4m3fn_from_float(float f) {
   uint32_t x = float_bits(f);
   const uint32_t sign = x & 0x80000000u;
   x ^= sign;
   uint8_t r;
   if (x >= (1087u << 20)) {                                    // >= 480, inf, NaN
-    r = 0x7F;
+    r = x > 0x7F800000u ? 0x7F : 0x7E;
   } else if (x < (121u << 23)) {                               // < 2^-6: subnormal or zero
     const uint32_t denorm = 141u << 23;                        // 2^14: its ulp is 2^-9
     r = static_cast<uint8_t>(float_bits(bits_float(x) + bits_float(denorm)) - denorm);
@@ -85,6 +86,7 @@ EMBER_HD inline uint8_t e4m3fn_from_float(float f) {
     const uint32_t odd = (x >> 20) & 1u;
     x += (static_cast<uint32_t>(7 - 127) << 23) + 0x7FFFFu + odd;
     r = static_cast<uint8_t>(x >> 20);
+    if (r == 0x7F) r = 0x7E;                                   // (464, 480) rounds up: saturate
   }
   return r | static_cast<uint8_t>(sign >> 24);
 }
@@ -131,7 +133,7 @@ EMBER_HD inline float e5m2_to_float(uint8_t b) { return half_to_float(static_cas
 EMBER_FLOAT_TYPE(Half, uint16_t, half_from_float, half_to_float)
 /// bfloat16 (torch.bfloat16).
 EMBER_FLOAT_TYPE(BFloat16, uint16_t, bf16_from_float, bf16_to_float)
-/// float8_e4m3fn (torch.float8_e4m3fn): the cast is non-saturating, like torch's.
+/// float8_e4m3fn (torch.float8_e4m3fn): the cast saturates to +-448, like torch 2.15's.
 EMBER_FLOAT_TYPE(Float8_e4m3fn, uint8_t, e4m3fn_from_float, e4m3fn_to_float)
 /// float8_e5m2 (torch.float8_e5m2).
 EMBER_FLOAT_TYPE(Float8_e5m2, uint8_t, e5m2_from_float, e5m2_to_float)

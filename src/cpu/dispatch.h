@@ -50,10 +50,12 @@ template <class T> inline constexpr bool is_float_v = is_low_float_v<T> || std::
 template <class T> using compute_t = std::conditional_t<is_low_float_v<T>, float, T>;
 
 /// torch's element conversion (c10::convert): complex -> real takes the real part, anything ->
-/// bool is "!= 0", the 16/8-bit floats go through float.
+/// bool is "!= 0" (complex: either part), the 16/8-bit floats go through float.
 template <class To, class From> To convert(From v) {
   if constexpr (std::is_same_v<To, From>) {
     return v;
+  } else if constexpr (is_complex_v<From> && std::is_same_v<To, bool>) {
+    return v.real() != 0 || v.imag() != 0;
   } else if constexpr (is_complex_v<From> && !is_complex_v<To>) {
     return convert<To>(v.real());
   } else if constexpr (is_low_float_v<From>) {

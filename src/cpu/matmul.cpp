@@ -13,8 +13,10 @@ namespace ember::cpu {
 namespace {
 
 // OpenBLAS runs a gemm on one thread below M*N*K = 4 * 65536 (GEMM_MULTITHREAD_THRESHOLD);
-// below that the batch loop itself is spread over OpenMP threads.
+// below that the batch loop itself is spread over OpenMP threads, when the whole batch has
+// enough work to pay for them.
 constexpr int64_t kSingleThreadGemmWork = 4 * 65536;
+constexpr int64_t kParallelBatchWork = 1 << 16;
 
 /// How BLAS reads a rows x cols matrix with element strides (rs, cs) in place: as a row-major
 /// matrix (NoTrans) or as the transpose of one (Trans), with its leading dimension.
@@ -97,7 +99,7 @@ template <class T> void blas_bmm(const Tensor& a_in, const Tensor& b_in, const T
     gemm(al.trans, bl.trans, static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(k), pa + i * sa,
          static_cast<int>(al.ld), pb + i * sb, static_cast<int>(bl.ld), accumulate, pc + i * sc, static_cast<int>(cl.ld));
   };
-  if (batch > 1 && m * n * k < kSingleThreadGemmWork) {
+  if (batch > 1 && m * n * k < kSingleThreadGemmWork && batch * m * n * k >= kParallelBatchWork) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < batch; ++i) one(i);
   } else {

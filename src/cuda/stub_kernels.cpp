@@ -28,6 +28,14 @@ void take(const Tensor&, const Tensor&, const Tensor&) { no_cuda("take"); }
 void softmax(const Tensor&, int64_t, bool, const Tensor&) { no_cuda("softmax"); }
 void bmm(const Tensor&, const Tensor&, const Tensor&) { no_cuda("bmm"); }
 void baddbmm(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("baddbmm"); }
+void lu_factor(const Tensor&, const Tensor&, const Tensor&) { no_cuda("lu_factor"); }
+void lu_solve(const Tensor&, const Tensor&, const Tensor&, bool, bool) { no_cuda("lu_solve"); }
+void inv(const Tensor&, const Tensor&, const Tensor&) { no_cuda("inv"); }
+void lu_det(const Tensor&, const Tensor&, const Tensor&) { no_cuda("det"); }
+void lu_slogdet(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("slogdet"); }
+void triangular_solve(const Tensor&, const Tensor&, bool, bool, bool) { no_cuda("solve_triangular"); }
+void qr(const Tensor&, const Tensor&, const Tensor&) { no_cuda("qr"); }
+void svd(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("svd"); }
 void arange(double, double, const Tensor&) { no_cuda("arange"); }
 void linspace(double, double, bool, double, const Tensor&) { no_cuda("linspace"); }
 void random(RandomKind, uint64_t, const Tensor&) { no_cuda("random"); }

@@ -38,7 +38,13 @@ std::optional<DType> combine_categories(std::optional<DType> higher, std::option
   if (!higher) return lower;
   if (!lower) return higher;
   if (is_complex(*higher)) return higher;
-  if (is_complex(*lower)) return is_floating_point(*higher) ? to_complex(*higher) : *lower;
+  if (is_complex(*lower)) {
+    if (!is_floating_point(*higher)) return lower;
+    if (is_fp8(*higher)) return promote_types(*higher, *lower);  // torch has no complex fp8: refused
+    // torch keeps the float's precision: complex32/bcomplex32 for the 16-bit types, which ember
+    // lacks; complex64 is the nearest ember type.
+    return *higher == kFloat64 ? kComplex128 : kComplex64;
+  }
   if (is_floating_point(*higher)) return higher;
   if (*higher == kBool || is_floating_point(*lower)) return promote_types(*higher, *lower);
   return higher;
@@ -183,13 +189,40 @@ Tensor arithmetic(const char* op_name, BinaryOp op, const Operand& a, const Oper
   return run_binary(op_name, op, a, b, compute, compute);
 }
 
+// The range of an integer dtype, for clamp's bound checks (wide enough for uint64 and int64).
+struct IntRange { __int128 lo, hi; };
+IntRange int_range(DType d) {
+  switch (d) {
+    case kUInt8: return {0, 255};
+    case kInt8: return {-128, 127};
+    case kUInt16: return {0, 65535};
+    case kInt16: return {-32768, 32767};
+    case kUInt32: return {0, 4294967295LL};
+    case kInt32: return {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
+    case kUInt64: return {0, static_cast<__int128>(std::numeric_limits<uint64_t>::max())};
+    default: return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
+  }
+}
+__int128 scalar_int(const Scalar& s) {
+  return s.to_double() < 0 ? static_cast<__int128>(s.to_int64()) : static_cast<__int128>(s.to_uint64());
+}
+
 Tensor power(const Operand& a, const Operand& b) {
   device_of("pow", {a, b});
   const DType compute = result_type_of({a, b});
+  if (compute == kBool && !b.tensor) {  // torch allows bool ** bool Scalar: x ** True = x, x ** False = 1
+    return b.scalar.to<bool>() ? a.tensor->clone() : ones(a.tensor->sizes(), kBool, a.tensor->device());
+  }
   refuse_bool("pow", compute);
   EMBER_CHECK(!(is_integral(compute) && !b.tensor && b.scalar.is_integral() && b.scalar.to_double() < 0),
               "pow", "exponent: expected a non-negative integer (Integers to negative integer powers are not "
               "allowed), got {}", b.scalar.to_int64());
+  if (is_integral(compute) && !b.tensor && b.scalar.is_integral()) {
+    // torch converts the exponent to the compute type and refuses values it cannot hold.
+    const IntRange range = int_range(compute);
+    EMBER_CHECK(scalar_int(b.scalar) <= range.hi, "pow", "exponent: expected a value representable in {}, got {}",
+                name(compute), b.scalar.to_double());
+  }
   return run_binary("pow", BinaryOp::Pow, a, b, compute, compute);
 }
 
@@ -208,24 +241,6 @@ Tensor extremum(const char* op_name, BinaryOp op, const Tensor& a, const Tensor&
   const DType compute = result_type_of({a, b});
   refuse_complex(op_name, compute);
   return run_binary(op_name, op, a, b, compute, compute);
-}
-
-// The range of an integer dtype, for clamp's bound checks (wide enough for uint64 and int64).
-struct IntRange { __int128 lo, hi; };
-IntRange int_range(DType d) {
-  switch (d) {
-    case kUInt8: return {0, 255};
-    case kInt8: return {-128, 127};
-    case kUInt16: return {0, 65535};
-    case kInt16: return {-32768, 32767};
-    case kUInt32: return {0, 4294967295LL};
-    case kInt32: return {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()};
-    case kUInt64: return {0, static_cast<__int128>(std::numeric_limits<uint64_t>::max())};
-    default: return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
-  }
-}
-__int128 scalar_int(const Scalar& s) {
-  return s.to_double() < 0 ? static_cast<__int128>(s.to_int64()) : static_cast<__int128>(s.to_uint64());
 }
 
 }  // namespace

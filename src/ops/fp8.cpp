@@ -105,10 +105,11 @@ Tensor scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const 
               "Invalid scaling configuration: expected float32 scales with one element each (tensorwise) or "
               "scale_a ({}, 1) and scale_b (1, {}) (rowwise), got scale_a {} {} and scale_b {} {}",
               m, n, shape_str(scale_a.sizes()), name(scale_a.dtype()), shape_str(scale_b.sizes()), name(scale_b.dtype()));
-  if (rowwise && !tensorwise) {
-    EMBER_CHECK(scale_a.is_contiguous() && scale_b.is_contiguous(), op,
-                "rowwise scales: expected contiguous scale_a and scale_b, got strides {} and {}",
-                shape_str(scale_a.strides()), shape_str(scale_b.strides()));
+  if (rowwise && !tensorwise) {  // torch checks the inner stride, not is_contiguous()
+    EMBER_CHECK(scale_a.stride(1) == 1, op, "rowwise scale_a: expected scale_a.stride(1) to be 1 (contiguous), got {}",
+                scale_a.stride(1));
+    EMBER_CHECK(scale_b.stride(1) == 1, op, "rowwise scale_b: expected scale_b.stride(1) to be 1 (contiguous), got {}",
+                scale_b.stride(1));
   }
   if (bias_t.defined()) {
     EMBER_CHECK(out_dtype == kBFloat16 || out_dtype == kFloat16, op,

@@ -1,36 +1,16 @@
 // Matrix products against torch (tests/fixtures/matmul.json, made by
 // scripts/fixtures/make_matmul_fixtures.py) and against float64 loops.
-#include <fstream>
 #include <random>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "backend.h"
-#include "compare.h"
+#include "cpu/json_fixture.h"
 
 using namespace ember;
 using json = nlohmann::json;
 
 namespace {
-
-/// A fixture tensor: values stored exactly as int or float64 (complex as [re, im] pairs).
-Tensor decode(const json& j) {
-  const DType dtype = dtype_from_name(j.at("dtype").get<std::string>());
-  const auto shape = j.at("shape").get<std::vector<int64_t>>();
-  const json& data = j.at("data");
-  if (is_complex(dtype)) {
-    std::vector<std::complex<double>> v;
-    for (size_t i = 0; i < data.size(); i += 2) v.emplace_back(data[i].get<double>(), data[i + 1].get<double>());
-    return tensor<std::complex<double>>(std::move(v), shape).to(dtype);
-  }
-  if (is_floating_point(dtype)) {
-    const Tensor wide = tensor<double>(data.get<std::vector<double>>(), shape);
-    // Values of the narrow types are stored as float32 digits: round to float32 first (exact).
-    return dtype == kFloat64 ? wide : wide.to(kFloat32).to(dtype);
-  }
-  return tensor<int64_t>(data.get<std::vector<int64_t>>(), shape).to(dtype);
-}
 
 Tensor apply_view(const Tensor& x, const std::string& how) {
   if (how == "T") return x.transpose(-2, -1);
@@ -39,11 +19,7 @@ Tensor apply_view(const Tensor& x, const std::string& how) {
 }
 
 const json& fixtures() {
-  static const json cases = [] {
-    std::ifstream in(test::fixture_path("matmul.json"));
-    EXPECT_TRUE(in.good()) << "missing fixture matmul.json";
-    return json::parse(in).at("cases");
-  }();
+  static const json cases = test::load_json_cases("matmul.json");
   return cases;
 }
 
@@ -89,15 +65,15 @@ TEST(Matmul, MatchesTorchFixtures) {
   ASSERT_GT(fixtures().size(), 50u);
   for (const json& c : fixtures()) {
     SCOPED_TRACE(c.at("name").get<std::string>());
-    const Tensor a = apply_view(decode(c.at("a")), c.at("a_view").get<std::string>());
-    const Tensor b = apply_view(decode(c.at("b")), c.at("b_view").get<std::string>());
-    const Tensor expected = decode(c.at("out"));
+    const Tensor a = apply_view(test::decode_json_tensor(c.at("a")), c.at("a_view").get<std::string>());
+    const Tensor b = apply_view(test::decode_json_tensor(c.at("b")), c.at("b_view").get<std::string>());
+    const Tensor expected = test::decode_json_tensor(c.at("out"));
     const std::string op = c.at("op").get<std::string>();
     Tensor actual;
     if (op == "matmul") actual = matmul(a, b);
     else if (op == "mm") actual = mm(a, b);
     else if (op == "bmm") actual = bmm(a, b);
-    else if (c.contains("bias")) actual = linear(a, b, decode(c.at("bias")));
+    else if (c.contains("bias")) actual = linear(a, b, test::decode_json_tensor(c.at("bias")));
     else actual = linear(a, b);
     ASSERT_EQ(actual.sizes(), expected.sizes());
     ASSERT_EQ(actual.dtype(), expected.dtype());

@@ -7,7 +7,7 @@
 //   EMBER_PARITY_CASE(softmax_f32_odd, {
 //     Tensor x = test::randn_on(d, {7, 4097}, kFloat32, 1);   // same numbers on every device
 //     return {softmax(x, -1)};
-//   })
+//   });
 //
 // The body receives `d` (the Device) and returns the outputs to compare.
 #pragma once

@@ -1,0 +1,43 @@
+// scaled_mm and FP8 quantization: CUDA vs the CPU reference. Shapes reach every CUDA path: the
+// fp8 GEMV (M <= 4, w.t() layout, K % 16 == 0), cuBLASLt (large M, sm_89+), and the generic path
+// (odd K, row-major b, fp8 output, e5m2).
+#include "parity/harness.h"
+
+namespace ember::test {
+namespace {
+
+std::vector<Tensor> scaled(Device d, int64_t m, int64_t k, int64_t n, bool rowwise, DType out, bool bias,
+                           bool w_transposed = true, DType b_dtype = kFloat8_e4m3fn) {
+  const Tensor a = randn_on(d, {m, k}, kFloat32, 11).to(kFloat8_e4m3fn);
+  const Tensor b = w_transposed ? randn_on(d, {n, k}, kFloat32, 12).to(b_dtype).t()
+                                : randn_on(d, {k, n}, kFloat32, 12).to(b_dtype);
+  const Tensor sa = rowwise ? rand_on(d, {m, 1}, kFloat32, 13) : rand_on(d, {}, kFloat32, 13);
+  const Tensor sb = rowwise ? rand_on(d, {1, n}, kFloat32, 14) : rand_on(d, {}, kFloat32, 14);
+  std::optional<Tensor> bias_t;
+  if (bias) bias_t = randn_on(d, {n}, out, 15);
+  return {scaled_mm(a, b, sa, sb, bias_t, out)};
+}
+
+}  // namespace
+
+EMBER_PARITY_CASE(scaled_mm_gemv_m1_tensorwise, { return scaled(d, 1, 4096, 1000, false, kBFloat16, false); });
+EMBER_PARITY_CASE(scaled_mm_gemv_m1_rowwise_bias, { return scaled(d, 1, 2048, 777, true, kBFloat16, true); });
+EMBER_PARITY_CASE(scaled_mm_gemv_m3_f32, { return scaled(d, 3, 512, 4097, true, kFloat32, false); });
+EMBER_PARITY_CASE(scaled_mm_gemv_m4_f16_bias, { return scaled(d, 4, 1024, 300, false, kFloat16, true); });
+EMBER_PARITY_CASE(scaled_mm_large_tensorwise, { return scaled(d, 256, 512, 384, false, kBFloat16, false); });
+EMBER_PARITY_CASE(scaled_mm_large_rowwise_bias, { return scaled(d, 300, 256, 512, true, kBFloat16, true); });
+EMBER_PARITY_CASE(scaled_mm_large_f32, { return scaled(d, 64, 128, 96, true, kFloat32, false); });
+EMBER_PARITY_CASE(scaled_mm_odd_k_generic, { return scaled(d, 7, 33, 17, true, kBFloat16, true); });
+EMBER_PARITY_CASE(scaled_mm_row_major_b_generic, { return scaled(d, 2, 64, 48, false, kFloat32, false, false); });
+EMBER_PARITY_CASE(scaled_mm_e5m2_generic, { return scaled(d, 5, 64, 40, true, kFloat32, false, true, kFloat8_e5m2); });
+EMBER_PARITY_CASE_TOL(scaled_mm_fp8_out, 0.07, 1e-2, { return scaled(d, 8, 64, 32, false, kFloat8_e4m3fn, false); });
+EMBER_PARITY_CASE(quantize_fp8_rowwise, {
+  auto [q, s] = quantize_fp8(randn_on(d, {130, 257}, kBFloat16, 16), Fp8Granularity::Rowwise);
+  return {q.to(kFloat32), s};
+});
+EMBER_PARITY_CASE(quantize_fp8_block, {
+  auto [q, s] = quantize_fp8(randn_on(d, {200, 300}, kFloat32, 17), Fp8Granularity::Block128);
+  return {q.to(kFloat32), s};
+});
+
+}  // namespace ember::test
