@@ -35,7 +35,7 @@ template <class Out, class In> bool try_typed_cast(const Tensor& src, const Tens
 
 void copy(const Tensor& src, const Tensor& dst) {
   if (dst.numel() == 0) return;
-  DeviceGuard guard(dst.device());
+  DeviceGuard guard(dst.device().index);
   if (src.dtype() == dst.dtype()) {
     if (src.is_contiguous() && dst.is_contiguous()) {
       EMBER_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), dst.nbytes(), cudaMemcpyDeviceToDevice,
@@ -62,7 +62,7 @@ void copy(const Tensor& src, const Tensor& dst) {
 
 void fill(const Tensor& dst, const Scalar& value) {
   if (dst.numel() == 0) return;
-  DeviceGuard guard(dst.device());
+  DeviceGuard guard(dst.device().index);
   dispatch(dst.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     map<T>(dst, FillOp<T>{scalar_to<T>(value)}, {});

@@ -16,6 +16,7 @@
 
 #include "backend.h"
 #include "core/dtype_dispatch.h"
+#include "cuda/allocator.h"
 #include "cuda/runtime.h"
 #include "ember/dtype.h"
 #include "ember/error.h"
@@ -227,24 +228,6 @@ template <class T> T scalar_to(const Scalar& s) {
     return s.to<T>();
   }
 }
-
-/// Makes `device` current for a scope (kernels launch on the current device).
-class DeviceGuard {
- public:
-  explicit DeviceGuard(Device device) {
-    EMBER_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (device.index != previous_) EMBER_CUDA_CHECK(cudaSetDevice(device.index));
-    else previous_ = -1;
-  }
-  ~DeviceGuard() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-};
 
 /// Records an out-of-range index in the device error word (first error wins) so the host
 /// throws at its next synchronisation; the kernel skips the element.

@@ -328,7 +328,7 @@ void unary(UnaryOp op, const Tensor& x, const Tensor& out) {
   EMBER_CHECK(unary_supported(op, x.dtype()), unary_name(op), "dtype on CUDA: expected a type the op supports, got {}",
               name(x.dtype()));
   if (out.numel() == 0) return;
-  DeviceGuard guard(out.device());
+  DeviceGuard guard(out.device().index);
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (op == UnaryOp::LogicalNot) map<bool, T>(out, LogicalNotFn<T>{}, {x});
@@ -340,7 +340,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   EMBER_CHECK(binary_supported(op, a.dtype()), binary_name(op), "dtype on CUDA: expected a type the op supports, got {}",
               name(a.dtype()));
   if (out.numel() == 0) return;
-  DeviceGuard guard(out.device());
+  DeviceGuard guard(out.device().index);
   dispatch(a.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (is_comparison(op)) map<bool, T, T>(out, CompareFn<T>{op}, {a, b});
@@ -350,7 +350,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
 
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
   if (out.numel() == 0) return;
-  DeviceGuard guard(out.device());
+  DeviceGuard guard(out.device().index);
   dispatch_bits(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     map<T, bool, T, T>(out, WhereFn<T>{}, {cond, a, b});
@@ -359,7 +359,7 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& o
 
 void saturate_copy(const Tensor& src, const Tensor& out) {
   if (out.numel() == 0) return;
-  DeviceGuard guard(out.device());
+  DeviceGuard guard(out.device().index);
   dispatch_real_float(out.dtype(), "saturate_cast", [&](auto out_tag) {
     using Out = typename decltype(out_tag)::type;
     dispatch(src.dtype(), [&](auto in_tag) {
@@ -372,7 +372,7 @@ void saturate_copy(const Tensor& src, const Tensor& out) {
 
 void frexp(const Tensor& x, const Tensor& mantissa, const Tensor& exponent) {
   if (x.numel() == 0) return;
-  DeviceGuard guard(x.device());
+  DeviceGuard guard(x.device().index);
   dispatch_real_float(x.dtype(), "frexp", [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (sizeof(T) == 1) fail("frexp", "dtype: expected float16, bfloat16, float32 or float64, got {}", name(x.dtype()));

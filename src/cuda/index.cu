@@ -42,7 +42,7 @@ Shape with_zero(Shape strides, int64_t dim) {
 void select_into(const char* op, const Tensor& x, int64_t dim, const Tensor& index, const Shape& index_strides,
                  const Tensor& out) {
   if (out.numel() == 0) return;
-  DeviceGuard guard(out.device());
+  DeviceGuard guard(out.device().index);
   DeviceError* error = device_error_word(out.device().index);
   const int64_t bound = x.dim() == 0 ? 1 : x.size(dim);
   const int64_t stride = x.dim() == 0 ? 0 : x.stride(dim) * static_cast<int64_t>(x.itemsize());
@@ -163,7 +163,7 @@ void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out
 
 void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src, const Scalar& alpha) {
   if (src.numel() == 0) return;
-  DeviceGuard guard(out.device());
+  DeviceGuard guard(out.device().index);
   DeviceError* error = device_error_word(out.device().index);
   const int64_t bound = out.dim() == 0 ? 1 : out.size(dim);
   const int64_t stride = out.dim() == 0 ? 0 : out.stride(dim) * static_cast<int64_t>(out.itemsize());
@@ -185,7 +185,7 @@ void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor
 
 void take(const Tensor& x, const Tensor& index, const Tensor& out) {
   if (out.numel() == 0) return;
-  DeviceGuard guard(out.device());
+  DeviceGuard guard(out.device().index);
   DeviceError* error = device_error_word(out.device().index);
   const Geometry<1> xg = collapse<1>(x.sizes(), {byte_strides(x)}, "take");
   dispatch_bits(out.dtype(), [&](auto tag) {

@@ -167,7 +167,7 @@ template <class T> void integer_bmm(const Tensor& a, const Tensor& b, const Tens
 
 void product(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out) {
   if (out.numel() == 0) return;
-  DeviceGuard guard(out.device());
+  DeviceGuard guard(out.device().index);
   if (bias == nullptr && gemv_applies(a, b, out)) {
     gemv(a, b, Tensor(), out);
     return;

@@ -78,7 +78,7 @@ template <class Body> void with_contiguous(const Tensor& out, Body&& body) {
 
 void random(RandomKind kind, uint64_t seed, const Tensor& out) {
   if (out.numel() == 0) return;
-  DeviceGuard guard(out.device());
+  DeviceGuard guard(out.device().index);
   const int device = out.device().index;
   const cudaStream_t stream = current_raw_stream(device);
   const bool normal = kind == RandomKind::Normal;
@@ -104,7 +104,7 @@ void random(RandomKind kind, uint64_t seed, const Tensor& out) {
 void randint(int64_t low, int64_t high, uint64_t seed, const Tensor& out) {
   EMBER_CHECK(low < high, "randint", "range [low, high): expected low < high, got [{}, {})", low, high);
   if (out.numel() == 0) return;
-  DeviceGuard guard(out.device());
+  DeviceGuard guard(out.device().index);
   const int device = out.device().index;
   const cudaStream_t stream = current_raw_stream(device);
   with_contiguous(out, [&](const Tensor& c) {

@@ -131,7 +131,7 @@ template <class T> void logarithmic(double start, double end, double base, const
 void arange(double start, double step, const Tensor& out) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  DeviceGuard guard(out.device());
+  DeviceGuard guard(out.device().index);
   dispatch(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, double>) {
@@ -152,7 +152,7 @@ void arange(double start, double step, const Tensor& out) {
 void linspace(double start, double end, bool log, double base, const Tensor& out) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  DeviceGuard guard(out.device());
+  DeviceGuard guard(out.device().index);
   dispatch(out.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (is_fp8_v<T> || std::is_same_v<T, bool> || std::is_same_v<T, uint16_t> ||

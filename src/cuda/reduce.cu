@@ -239,7 +239,7 @@ void reduce(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims, cons
   std::vector<bool> reduced(static_cast<size_t>(x.dim()), false);
   for (int64_t d : dims) reduced[static_cast<size_t>(d)] = true;
   const char* op_name = reduce_name(op);
-  DeviceGuard guard(out.device());
+  DeviceGuard guard(out.device().index);
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     switch (op) {
@@ -267,7 +267,7 @@ void arg_reduce(ArgReduceOp op, const Tensor& x, int64_t dim, const Tensor& out)
   std::vector<bool> reduced(static_cast<size_t>(x.dim()), false);
   if (x.dim() > 0) reduced[static_cast<size_t>(dim)] = true;
   const char* op_name = op == ArgReduceOp::Argmax ? "argmax" : "argmin";
-  DeviceGuard guard(out.device());
+  DeviceGuard guard(out.device().index);
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (is_complex_v<T>) {

@@ -98,7 +98,7 @@ void softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) {
   const char* op = log ? "log_softmax" : "softmax";
   EMBER_CHECK(is_floating_point(x.dtype()) && !is_fp8(x.dtype()), op,
               "dtype: expected float16, bfloat16, float32 or float64, got {}", name(x.dtype()));
-  DeviceGuard guard(out.device());
+  DeviceGuard guard(out.device().index);
   if (out.is_contiguous() && softmax_decode_applies(x, dim)) {  // few long rows: the split-row kernel
     softmax_decode(x, log, out);
     return;

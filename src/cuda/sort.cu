@@ -104,7 +104,7 @@ RowArgs row_args(const Tensor& x, int64_t dim, const Tensor& b, const Tensor& c,
 void sort_rows(const char* op, const Tensor& x, int64_t dim, bool descending, int64_t count, const Tensor& values,
                const Tensor& indices) {
   if (x.numel() == 0 || count == 0) return;
-  DeviceGuard guard(x.device());
+  DeviceGuard guard(x.device().index);
   const Device dev = x.device();
   const int device = dev.index;
   const cudaStream_t stream = current_raw_stream(device);
@@ -325,7 +325,7 @@ void topk(const Tensor& x, int64_t k, int64_t dim, bool largest, const Tensor& v
 
 void cumsum(const Tensor& x, int64_t dim, const Tensor& out) {
   if (out.numel() == 0) return;
-  DeviceGuard guard(out.device());
+  DeviceGuard guard(out.device().index);
   const int device = out.device().index;
   const RowArgs rows = row_args(x, dim, out, out, "cumsum");
   const int64_t n = rows.n;
@@ -351,7 +351,7 @@ void cumsum(const Tensor& x, int64_t dim, const Tensor& out) {
 
 void histc(const Tensor& x, int64_t bins, double min, double max, const Tensor& out) {
   if (bins == 0) return;
-  DeviceGuard guard(out.device());
+  DeviceGuard guard(out.device().index);
   const Device dev = out.device();
   const int device = dev.index;
   const cudaStream_t stream = current_raw_stream(device);
