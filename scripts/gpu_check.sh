@@ -24,11 +24,12 @@ if has tests; then
   echo "tests rc=$?"; grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|FAILED TEST" "$out/tests.log" | tail -40
   ./build-gpu/tools/ember info
 fi
-if has sanitize; then
+if has sanitize || has memcheck || has racecheck; then
   stamp sanitize
   # The parity cases and the CUDA runtime tests; the out-of-memory test provokes an API error on purpose.
   filter='*Parity*:CudaRuntime.*-CudaRuntime.OutOfMemory*'
-  for tool in memcheck racecheck; do
+  tools=""; { has sanitize || has memcheck; } && tools="memcheck"; { has sanitize || has racecheck; } && tools="$tools racecheck"
+  for tool in $tools; do
     timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 ./build-gpu/tests/ember_tests --gtest_brief=1 --gtest_filter="$filter" \
       > "$out/sanitize-$tool.tmp" 2>&1
     echo "$tool rc=$?"; grep -E "ERROR SUMMARY|tests ran|FAILED" "$out/sanitize-$tool.tmp" | tail -5
