@@ -46,14 +46,14 @@ bench_pair() {  # name, ember command, torch command
 if has bench || has bench-decode; then
   bench_pair decode "python3 bench/shapes.py | ./build-gpu/bench/decode_bench" "(cd bench && python3 torch_decode.py)"
 fi
-if has bench || has bench-core; then
-  bench_pair core ./build-gpu/bench/core_bench "python3 bench/torch_core.py"
-fi
 if has bench || has bench-linalg; then
   bench_pair linalg ./build-gpu/bench/linalg_bench "(cd bench && python3 torch_linalg.py)"
 fi
 if has bench || has bench-moe; then
   bench_pair moe ./build-gpu/bench/moe_bench "(cd bench && python3 torch_moe.py)"
+fi
+if has bench || has bench-core; then
+  bench_pair core ./build-gpu/bench/core_bench "python3 bench/torch_core.py"
 fi
 if [ -s "$out/bench.jsonl" ]; then
   python3 bench/compare.py "$out/bench.jsonl" > "$out/perf.txt"

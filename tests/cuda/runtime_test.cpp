@@ -1,6 +1,8 @@
 // The CUDA runtime: availability and its reason, the stream pool and current streams, events,
 // the caching allocator (statistics, splitting, stream ownership, record_stream), the device
 // error word and capability gating. Cases that need a GPU SKIP with the availability reason.
+#include <chrono>
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -207,6 +209,7 @@ struct ReuseOutcome {
   void* reused;
   bool consumer_busy_at_overwrite;
   bool consumer_timed_out;  // the consumer's wait ended by its time bound, not by the host
+  std::string slow_steps;   // host steps that took > 100 ms (a device sync shows up here)
   std::vector<float> consumer_result;
   std::vector<float> original, overwrite;
 };
@@ -249,13 +252,25 @@ ReuseOutcome free_while_consumer_reads(bool record_stream) {
   filled.wait(consumer);
   EXPECT_EQ(test::wait_for_host_flag(flag_dev, flag_dev + 1, 20 * kLongSpin, raw(consumer)), cudaSuccess);
   EXPECT_EQ(test::copy_floats(buffer.data_ptr<float>(), result.data_ptr<float>(), n, raw(consumer)), cudaSuccess);
+  auto clock = std::chrono::steady_clock::now();
+  auto step = [&](const char* name) {
+    const auto now = std::chrono::steady_clock::now();
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - clock).count();
+    if (ms > 100) out.slow_steps += std::string(name) + " " + std::to_string(ms) + " ms; ";
+    clock = now;
+  };
   if (record_stream) buffer.record_stream(consumer);
+  step("record_stream");
   out.freed = buffer.raw_data();
   buffer = Tensor();
+  step("free");
   Tensor next;
   {
     cuda::StreamGuard guard(producer);
-    next = tensor<float>(out.overwrite).to(Device::cuda());  // returns once the bytes are on the device
+    next = empty({static_cast<int64_t>(n)}, kFloat32, Device::cuda());
+    step("allocate");
+    cuda::copy_bytes(next.raw_data(), Device::cuda(), out.overwrite.data(), Device::cpu(), n * sizeof(float));
+    step("copy to device");
   }
   out.consumer_busy_at_overwrite = !consumer.query();
   out.reused = next.raw_data();
@@ -270,7 +285,8 @@ ReuseOutcome free_while_consumer_reads(bool record_stream) {
 TEST(CudaRuntime, RecordStreamKeepsFreedBlockFromProducerUntilConsumerFinishes) {
   REQUIRE_CUDA();
   const ReuseOutcome out = free_while_consumer_reads(true);
-  ASSERT_FALSE(out.consumer_timed_out) << "something between free and overwrite synchronised the device";
+  ASSERT_FALSE(out.consumer_timed_out) << "something between free and overwrite synchronised the device: "
+                                        << out.slow_steps;
   ASSERT_TRUE(out.consumer_busy_at_overwrite) << "the consumer finished before the overwrite: the scenario tests nothing";
   EXPECT_NE(out.reused, out.freed);
   EXPECT_EQ(out.consumer_result, out.original);
@@ -279,7 +295,8 @@ TEST(CudaRuntime, RecordStreamKeepsFreedBlockFromProducerUntilConsumerFinishes) 
 TEST(CudaRuntime, WithoutRecordStreamTheFreedBlockIsReusedWhileStillRead) {
   REQUIRE_CUDA();
   const ReuseOutcome out = free_while_consumer_reads(false);
-  ASSERT_FALSE(out.consumer_timed_out) << "something between free and overwrite synchronised the device";
+  ASSERT_FALSE(out.consumer_timed_out) << "something between free and overwrite synchronised the device: "
+                                        << out.slow_steps;
   ASSERT_TRUE(out.consumer_busy_at_overwrite) << "the consumer finished before the overwrite: the scenario tests nothing";
   // The same memory comes back at once: this is the race record_stream exists to prevent, and
   // it shows the test above would fail without it.
