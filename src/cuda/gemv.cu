@@ -18,10 +18,12 @@
 //      tickets per call. Large rows shapes 4.4-4.6 TB/s, but mid shapes (K 2048-4096, N 2048-8192)
 //      ~1.4 TB/s (groups of 128 threads with 2 loads each), columns 0.6-0.9x torch. Geomean 0.92x.
 //   v2 rows: narrowest group that puts ~8 warps per SM, predicated tail so 4 loads are always in
-//      flight (rows now 1.1-2.8x torch); columns: ~4 blocks per SM, persistent per-stream
-//      tickets (no memset launch). Geomean 1.04x; columns still 0.64-0.75x with a ~5 us floor:
-//      the last block added up to 128 partials per column in one dependent chain.
-//   v3 columns: <= K/64 splits, and the last block's 256 threads share the partial sums.
+//      flight (rows 1.1-2.8x torch); columns: ~4 blocks per SM, persistent per-stream tickets (no
+//      memset launch), unrolled split reduction (columns 0.64-0.96x torch). Geomean 1.04x. (this)
+//   v3 (rejected) columns: <= K/64 splits and the last block's 256 threads sharing the partial
+//      sums: 0.30-0.64x, fewer blocks in flight cost more than the shorter reduction saved.
+//   Next: the columns layout needs a different split-K (e.g. thread-block clusters reducing
+//   through distributed shared memory, no second pass through L2).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -173,25 +175,14 @@ __global__ void __launch_bounds__(kThreads) columns_kernel(const T* __restrict__
   __syncthreads();
   if (!last) return;
   __threadfence();
-  // All threads add the partials: `parts` threads per column each take every parts-th split
-  // (independent loads in flight), then thread part 0 of each column adds their sums.
-  const int64_t tile_base = static_cast<int64_t>(blockIdx.x) * kTile;
-  const int cols = static_cast<int>(n - tile_base < kTile ? n - tile_base : kTile);
-  const int parts = kThreads / cols;
-  const int col_in_tile = threadIdx.x % cols, part = threadIdx.x / cols;
-  float s = 0.f;
-  if (part < parts) {
-#pragma unroll 4
-    for (unsigned sp = part; sp < gridDim.y; sp += parts) s += __ldcg(&partial[sp * n + tile_base + col_in_tile]);
-  }
-  __syncthreads();  // sums[][] is reused below
-  float* red = &sums[0][0];
-  if (part < parts) red[part * cols + col_in_tile] = s;
-  __syncthreads();
-  if (part == 0) {
-    for (int p = 1; p < parts; ++p) s += red[p * cols + col_in_tile];
-    if (bias) s += to_float(bias[tile_base + col_in_tile]);
-    y[tile_base + col_in_tile] = from_float<T>(s);
+  for (int t = threadIdx.x; t < kTile; t += kThreads) {
+    const int64_t col = static_cast<int64_t>(blockIdx.x) * kTile + t;
+    if (col >= n) continue;
+    float s = 0.f;
+#pragma unroll 8
+    for (unsigned sp = 0; sp < gridDim.y; ++sp) s += __ldcg(&partial[sp * n + col]);
+    if (bias) s += to_float(bias[col]);
+    y[col] = from_float<T>(s);
   }
   if (threadIdx.x == 0) tickets[blockIdx.x] = 0;  // ready for the next launch
 }
@@ -246,11 +237,11 @@ void launch_columns(const T* b, int64_t ldb, const T* x, const T* bias, T* y, in
   const bool vec = n % kVec<T> == 0 && ldb % kVec<T> == 0 && aligned16(b) && aligned16(y);
   const int64_t tile = vec ? 32 * kVec<T> : 32;
   const int64_t tiles = (n + tile - 1) / tile;
-  // Split K over blocks until ~4 blocks per SM, each thread keeping >= 8 rows of K (enough
-  // loads in flight, and few partials for the last block to add).
+  // Split K over blocks until ~4 blocks per SM, each thread keeping >= 2 rows of K (so the
+  // last-block reduction over the splits stays short).
   const int64_t target = 4 * device_properties(device).multiProcessorCount;
   int64_t splits = std::max<int64_t>(1, (target + tiles - 1) / tiles);
-  splits = std::min<int64_t>(splits, std::max<int64_t>(1, k / (8 * kSlices)));
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, k / (2 * kSlices)));
   splits = std::min<int64_t>(splits, 65535);
   const int64_t k_per_split = (k + splits - 1) / splits;
   splits = (k + k_per_split - 1) / k_per_split;
