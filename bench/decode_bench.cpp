@@ -16,57 +16,15 @@
 
 #include <ember/ember.h>
 
+#include "graph_timer.h"
+
 using namespace ember;
 
 namespace {
 
 constexpr int64_t kL2Bytes = 60ll << 20;
-constexpr int kReplays = 15;
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(fmt::format("{}: {}", what, cudaGetErrorString(e)));
-}
 
 int64_t copies_for(int64_t nbytes) { return std::max<int64_t>(1, std::min<int64_t>(64, (4 * kL2Bytes + nbytes - 1) / std::max<int64_t>(nbytes, 1))); }
-
-// Median microseconds per call of a CUDA graph that runs each function once.
-double time_graph(const std::vector<std::function<void()>>& calls) {
-  const cuda::Stream stream = cuda::get_stream_from_pool();
-  cuda::StreamGuard guard(stream);
-  for (const auto& f : calls) f();  // warm-up: fills the allocator cache and library handles
-  stream.synchronize();
-  auto s = static_cast<cudaStream_t>(stream.handle());
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "begin capture");
-  for (const auto& f : calls) f();
-  check(cudaStreamEndCapture(s, &graph), "end capture");
-  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  check(cudaGraphLaunch(exec, s), "launch");
-  stream.synchronize();
-  std::vector<double> times;
-  for (int r = 0; r < kReplays; ++r) {
-    cuda::Event a, b;
-    a.record(stream);
-    check(cudaGraphLaunch(exec, s), "launch");
-    b.record(stream);
-    b.synchronize();
-    times.push_back(a.elapsed_time(b) * 1e3 / static_cast<double>(calls.size()));
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  std::nth_element(times.begin(), times.begin() + kReplays / 2, times.end());
-  return times[kReplays / 2];
-}
-
-// Max |gpu - cpu| / max |cpu| of one call, the CPU computing in float32.
-double check_against_cpu(const Tensor& gpu, const Tensor& cpu_reference) {
-  const auto g = gpu.to(Device::cpu()).to(kFloat64).contiguous().to_vector<double>();
-  const auto c = cpu_reference.to(kFloat64).contiguous().to_vector<double>();
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < g.size(); ++i) { err = std::max(err, std::abs(g[i] - c[i])); scale = std::max(scale, std::abs(c[i])); }
-  return err / std::max(scale, 1e-30);
-}
 
 void bench_gemv(const std::string& orientation, int64_t k, int64_t n) {
   const Device gpu = Device::cuda();
@@ -80,14 +38,14 @@ void bench_gemv(const std::string& orientation, int64_t k, int64_t n) {
   if (k * n <= (64ll << 20)) {
     const Tensor out = row_vector ? mm(x, ws[0]) : mm(ws[0], x);
     const Tensor xc = x.to(Device::cpu()).to(kFloat32), wc = ws[0].to(Device::cpu()).to(kFloat32);
-    rel_err = check_against_cpu(out, row_vector ? mm(xc, wc) : mm(wc, xc));
+    rel_err = bench::relative_error(out, row_vector ? mm(xc, wc) : mm(wc, xc));
   }
   std::vector<std::function<void()>> calls;
   for (int64_t i = 0; i < n_calls; ++i) {
     const Tensor& w = ws[i % copies];
     calls.push_back(row_vector ? std::function<void()>([&x, &w] { mm(x, w); }) : std::function<void()>([&x, &w] { mm(w, x); }));
   }
-  const double us = time_graph(calls);
+  const double us = bench::time_graph(calls);
   fmt::print("{{\"impl\": \"ember\", \"op\": \"gemv\", \"case\": \"{} {} {}\", \"us\": {:.3f}, \"gbps\": {:.1f}, \"rel_err\": {:.2e}}}\n",
              orientation, k, n, us, nbytes / us / 1e3, rel_err);
 }
@@ -97,13 +55,13 @@ void bench_softmax(int64_t rows, int64_t vocab) {
   const int64_t nbytes = rows * vocab * 4 * 2, copies = copies_for(nbytes), n_calls = std::max<int64_t>(copies, 20);
   std::vector<Tensor> xs;
   for (int64_t c = 0; c < copies; ++c) xs.push_back(randn({rows, vocab}, kFloat32, gpu, 200 + c));
-  const double rel_err = check_against_cpu(softmax(xs[0], -1), softmax(xs[0].to(Device::cpu()), -1));
+  const double rel_err = bench::relative_error(softmax(xs[0], -1), softmax(xs[0].to(Device::cpu()), -1));
   std::vector<std::function<void()>> calls;
   for (int64_t i = 0; i < n_calls; ++i) {
     const Tensor& x = xs[i % copies];
     calls.push_back([&x] { softmax(x, -1); });
   }
-  const double us = time_graph(calls);
+  const double us = bench::time_graph(calls);
   fmt::print("{{\"impl\": \"ember\", \"op\": \"softmax\", \"case\": \"{} {}\", \"us\": {:.3f}, \"gbps\": {:.1f}, \"rel_err\": {:.2e}}}\n",
              rows, vocab, us, nbytes / us / 1e3, rel_err);
 }
@@ -123,14 +81,14 @@ void bench_scaled_mm(int64_t m, int64_t k, int64_t n, const std::string& mode) {
   double rel_err = -1;
   if (decode && k * n <= (64ll << 20)) {
     const Tensor ref = scaled_mm(a.to(Device::cpu()), ws[0].to(Device::cpu()).t(), sa.to(Device::cpu()), sb.to(Device::cpu()));
-    rel_err = check_against_cpu(scaled_mm(a, ws[0].t(), sa, sb), ref);
+    rel_err = bench::relative_error(scaled_mm(a, ws[0].t(), sa, sb), ref);
   }
   std::vector<std::function<void()>> calls;
   for (int64_t i = 0; i < n_calls; ++i) {
     const Tensor& w = ws[i % copies];
     calls.push_back([&a, &w, &sa, &sb] { scaled_mm(a, w.t(), sa, sb); });
   }
-  const double us = time_graph(calls);
+  const double us = bench::time_graph(calls);
   double bf16_us = -1;
   if (decode) {
     std::vector<Tensor> wb;
@@ -142,7 +100,7 @@ void bench_scaled_mm(int64_t m, int64_t k, int64_t n, const std::string& mode) {
       const Tensor& w = wb[i % bcopies];
       bcalls.push_back([&xb, &w] { linear(xb, w); });
     }
-    bf16_us = time_graph(bcalls);
+    bf16_us = bench::time_graph(bcalls);
   }
   fmt::print("{{\"impl\": \"ember\", \"op\": \"scaled_mm\", \"case\": \"{} {} {} {}\", \"us\": {:.3f}, \"gbps\": {:.1f}, "
              "\"tflops\": {:.1f}, \"bf16_us\": {:.3f}, \"rel_err\": {:.2e}}}\n",

@@ -18,6 +18,8 @@
 
 #include <ember/ember.h>
 
+#include "graph_timer.h"
+
 using namespace ember;
 
 namespace {
@@ -31,55 +33,6 @@ struct Model {
   bool expert_bias;
 };
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(fmt::format("{}: {}", what, cudaGetErrorString(e)));
-}
-
-// Median microseconds per call of a CUDA graph that runs each function once.
-double time_graph(const std::vector<std::function<void()>>& calls) {
-  const cuda::Stream stream = cuda::get_stream_from_pool();
-  cuda::StreamGuard guard(stream);
-  for (const auto& f : calls) f();
-  stream.synchronize();
-  auto s = static_cast<cudaStream_t>(stream.handle());
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "begin capture");
-  try {
-    for (const auto& f : calls) f();
-  } catch (...) {  // leave the stream usable for the next case
-    if (cudaStreamEndCapture(s, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
-    throw;
-  }
-  check(cudaStreamEndCapture(s, &graph), "end capture");
-  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-  check(cudaGraphLaunch(exec, s), "launch");
-  stream.synchronize();
-  std::vector<double> times;
-  for (int r = 0; r < kReplays; ++r) {
-    cuda::Event a, b;
-    a.record(stream);
-    check(cudaGraphLaunch(exec, s), "launch");
-    b.record(stream);
-    b.synchronize();
-    times.push_back(a.elapsed_time(b) * 1e3 / static_cast<double>(calls.size()));
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  std::nth_element(times.begin(), times.begin() + kReplays / 2, times.end());
-  return times[kReplays / 2];
-}
-
-double rel_err(const Tensor& gpu, const Tensor& ref) {
-  const auto g = gpu.to(Device::cpu()).to(kFloat64).contiguous().to_vector<double>();
-  const auto c = ref.to(kFloat64).contiguous().to_vector<double>();
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    err = std::max(err, std::abs(g[i] - c[i]));
-    scale = std::max(scale, std::abs(c[i]));
-  }
-  return err / std::max(scale, 1e-30);
-}
 
 void print(const std::string& op, const std::string& c, double us, double gbytes, double err) {
   fmt::print("{{\"impl\": \"ember\", \"op\": \"{}\", \"case\": \"{}\", \"us\": {:.3f}, \"gbps\": {:.1f}, \"rel_err\": {:.2e}}}\n", op, c,
@@ -130,7 +83,7 @@ void bench_model(const Model& m, bool fp8, const std::vector<int64_t>& tokens) {
         MoeLayerOptions oc = o;
         if (o.route.expert_bias) oc.route.expert_bias = o.route.expert_bias->to(Device::cpu());
         if (o.shared) oc.shared = MoeSharedExpert{o.shared->gate_up.to(Device::cpu()), o.shared->down.to(Device::cpu()), o.shared->gate.to(Device::cpu())};
-        err = rel_err(moe_layer(xs[0], router, ex, o), moe_layer(xs[0].to(Device::cpu()), router.to(Device::cpu()), to_cpu(ex), oc));
+        err = bench::relative_error(moe_layer(xs[0], router, ex, o), moe_layer(xs[0].to(Device::cpu()), router.to(Device::cpu()), to_cpu(ex), oc));
       }
       // Bytes the layer must read at least: the distinct experts of one call (expected count
       // for uniform routing), the router, the shared expert.
@@ -138,7 +91,7 @@ void bench_model(const Model& m, bool fp8, const std::vector<int64_t>& tokens) {
       const double gbytes = (distinct * 3.0 * h * inter * w_byte + e * h * 2.0 + 3.0 * m.shared_inter * h * 2.0) / 1e9;
       std::vector<std::function<void()>> calls;
       for (int i = 0; i < kInputs; ++i) calls.push_back([&, i] { (void)moe_layer(xs[i], router, ex, o); });
-      const double us = time_graph(calls);
+      const double us = bench::time_graph(calls, kReplays, cudaStreamCaptureModeGlobal);
       print("moe_layer", c, us, gbytes, err);
       print("moe_layer_batched", c, us, gbytes, err);
 
@@ -157,7 +110,7 @@ void bench_model(const Model& m, bool fp8, const std::vector<int64_t>& tokens) {
         if (fp8) gcalls.push_back([&, i] { (void)scaled_grouped_mm(rows[i], ex.gate_up.transpose(1, 2), std::nullopt, ex.gate_up_scale, offs[i]); });
         else gcalls.push_back([&, i] { (void)grouped_mm(rows[i], ex.gate_up.transpose(1, 2), offs[i]); });
       }
-      const double gus = time_graph(gcalls);
+      const double gus = bench::time_graph(gcalls, kReplays, cudaStreamCaptureModeGlobal);
       print("grouped_mm", c, gus, distinct * 2.0 * h * inter * w_byte / 1e9, -1);
     } catch (const std::exception& err) {
       fmt::print("{{\"impl\": \"ember\", \"op\": \"moe_layer\", \"case\": \"{}\", \"error\": \"{}\"}}\n", c, err.what());

@@ -2,40 +2,14 @@
 bench/decode_bench.cpp (CUDA-graph replay of a run of calls, inputs rotated through more than
 4x the L2 so HBM is measured, median of replays). Prints one JSON object per case."""
 import json
-import statistics
 import sys
 
 import torch
 
 from shapes import SCALED_MM, SOFTMAX, gemv_cases
+from timing import time_graph
 
 L2_BYTES = 60 * 2**20
-REPLAYS = 15
-
-
-def time_graph(fn_list):
-    """Median microseconds per call of a graph that runs every fn in fn_list once."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for fn in fn_list:  # warm-up (library handles, workspaces)
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for fn in fn_list:
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(REPLAYS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / len(fn_list))
-    return statistics.median(times)
 
 
 def copies_for(nbytes):

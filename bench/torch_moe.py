@@ -12,13 +12,13 @@ integrations/moe.py (spec section 4c), no model downloads:
 FP8 layer: experts rowwise-quantised, activations quantised rowwise on the fly, _scaled_grouped_mm.
 Prints one JSON object per case."""
 import json
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
 
-REPLAYS = 15
+from timing import time_graph
+
 INPUTS = 16
 F8 = torch.float8_e4m3fn
 MODELS = [  # name, experts, hidden, inter, top_k, shared_inter, scoring, expert_bias
@@ -27,30 +27,6 @@ MODELS = [  # name, experts, hidden, inter, top_k, shared_inter, scoring, expert
     ("lfm2-8b-a1b", 32, 2048, 1792, 4, 0, "sigmoid", True),
 ]
 TOKENS = [1, 2, 4, 8, 16, 64, 512]
-
-
-def time_graph(fns):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for fn in fns:
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for fn in fns:
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(REPLAYS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / len(fns))
-    return statistics.median(times)
 
 
 def quantize_rowwise(w):

@@ -1,0 +1,70 @@
+// The timing method shared by the C++ benchmarks (bench/timing.py is the PyTorch side): a CUDA
+// graph of a run of calls captured on a pool stream after a warm-up run, replayed after one
+// warm replay; the median replay over `replays`, divided by the number of calls.
+#pragma once
+#include <cuda_runtime.h>
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <functional>
+#include <stdexcept>
+#include <vector>
+
+#include <ember/ember.h>
+
+namespace ember::bench {
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(fmt::format("{}: {}", what, cudaGetErrorString(e)));
+}
+
+/// Median microseconds per call. `mode` cudaStreamCaptureModeGlobal also proves the calls
+/// never synchronise with the host (the capture fails if they do).
+inline double time_graph(const std::vector<std::function<void()>>& calls, int replays = 15,
+                         cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed) {
+  const cuda::Stream stream = cuda::get_stream_from_pool();
+  cuda::StreamGuard guard(stream);
+  for (const auto& f : calls) f();  // warm-up: fills the allocator cache and library handles
+  stream.synchronize();
+  auto s = static_cast<cudaStream_t>(stream.handle());
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  check(cudaStreamBeginCapture(s, mode), "begin capture");
+  try {
+    for (const auto& f : calls) f();
+  } catch (...) {  // leave the stream usable for the next case
+    if (cudaStreamEndCapture(s, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  check(cudaStreamEndCapture(s, &graph), "end capture");
+  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+  check(cudaGraphLaunch(exec, s), "launch");
+  stream.synchronize();
+  std::vector<double> times;
+  for (int r = 0; r < replays; ++r) {
+    cuda::Event a, b;
+    a.record(stream);
+    check(cudaGraphLaunch(exec, s), "launch");
+    b.record(stream);
+    b.synchronize();
+    times.push_back(a.elapsed_time(b) * 1e3 / static_cast<double>(calls.size()));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  std::nth_element(times.begin(), times.begin() + replays / 2, times.end());
+  return times[replays / 2];
+}
+
+/// max |gpu - reference| / max |reference| (reference on any device).
+inline double relative_error(const Tensor& gpu, const Tensor& reference) {
+  const auto g = gpu.to(Device::cpu()).to(kFloat64).contiguous().to_vector<double>();
+  const auto c = reference.to(Device::cpu()).to(kFloat64).contiguous().to_vector<double>();
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    err = std::max(err, std::abs(g[i] - c[i]));
+    scale = std::max(scale, std::abs(c[i]));
+  }
+  return err / std::max(scale, 1e-30);
+}
+
+}  // namespace ember::bench
