@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-bash scripts/build.sh -DEMBER_CUDA=AUTO
+# Explicit ON: scripts/run.sh configures the same build/ with tests and benchmarks off.
+bash scripts/build.sh -DEMBER_CUDA=AUTO -DEMBER_BUILD_TESTS=ON -DEMBER_BUILD_BENCH=ON
 ctest --test-dir build --output-on-failure -j "$(nproc)"
 # The installed package: find_package(ember) from a separate project, and pkg-config.
 prefix=$(mktemp -d)
