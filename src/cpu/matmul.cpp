@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "backend.h"
+#include "core/matrix_layout.h"
 #include "cpu/loops.h"
 
 namespace ember::cpu {
@@ -18,45 +19,16 @@ namespace {
 constexpr int64_t kSingleThreadGemmWork = 4 * 65536;
 constexpr int64_t kParallelBatchWork = 1 << 16;
 
-/// How BLAS reads a rows x cols matrix with element strides (rs, cs) in place: as a row-major
-/// matrix (NoTrans) or as the transpose of one (Trans), with its leading dimension.
+/// How OpenBLAS reads a matrix in place (core/matrix_layout.h decides; this names its enum).
 struct BlasLayout {
   CBLAS_TRANSPOSE trans;
   int64_t ld;
 };
 
-std::optional<BlasLayout> blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
-  // A size-1 dim's stride is never used, so it may take whatever value BLAS wants.
-  const bool fits_int = rs <= INT_MAX && cs <= INT_MAX;
-  if (!fits_int) return std::nullopt;
-  if ((cs == 1 || cols == 1) && (rows == 1 || rs >= std::max<int64_t>(cols, 1))) {
-    return BlasLayout{CblasNoTrans, rows == 1 ? std::max<int64_t>(cols, 1) : rs};
-  }
-  if ((rs == 1 || rows == 1) && (cols == 1 || cs >= std::max<int64_t>(rows, 1))) {
-    return BlasLayout{CblasTrans, cols == 1 ? std::max<int64_t>(rows, 1) : cs};
-  }
-  return std::nullopt;
-}
-
 std::optional<BlasLayout> blas_layout(const Tensor& x3) {
-  return blas_layout(x3.size(1), x3.size(2), x3.stride(1), x3.stride(2));
-}
-
-/// x itself when BLAS can read each matrix in place, else a contiguous copy; a broadcast
-/// (stride 0) batch is copied once, not once per batch element.
-Tensor blas_readable(const Tensor& x3) {
-  if (blas_layout(x3)) return x3;
-  if (x3.size(0) > 1 && x3.stride(0) == 0) return x3.select(0, 0).contiguous().unsqueeze(0).expand(x3.sizes());
-  return x3.contiguous();
-}
-
-/// x converted to `dtype` (contiguous), keeping a broadcast batch broadcast.
-Tensor converted(const Tensor& x3, DType dtype) {
-  const bool broadcast_batch = x3.size(0) > 1 && x3.stride(0) == 0;
-  const Tensor src = broadcast_batch ? x3.slice(0, 0, 1) : x3;
-  Tensor dst = empty(src.sizes(), dtype);
-  copy(src, dst);
-  return broadcast_batch ? dst.expand(x3.sizes()) : dst;
+  const auto l = matrix_layout(x3);
+  if (!l) return std::nullopt;
+  return BlasLayout{l->transposed ? CblasTrans : CblasNoTrans, l->ld};
 }
 
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, const float* a, int lda, const float* b,

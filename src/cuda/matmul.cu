@@ -15,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/matrix_layout.h"
 #include "cuda/gemv.h"
 #include "cuda/loops.cuh"
 
@@ -42,41 +43,16 @@ cublasHandle_t handle_for(int device) {
   return h;
 }
 
-/// How cuBLAS reads a rows x cols row-major-indexed matrix with element strides (rs, cs) in
-/// place: as stored (N) or transposed (T), with its leading dimension.
+/// How cuBLAS reads a matrix in place (core/matrix_layout.h decides; this names its enum).
 struct BlasLayout {
   cublasOperation_t op;
   int64_t ld;
 };
 
-std::optional<BlasLayout> blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
-  // A size-1 dim's stride is never used, so it may take whatever value cuBLAS wants.
-  if (rs > INT_MAX || cs > INT_MAX) return std::nullopt;
-  if ((cs == 1 || cols == 1) && (rows == 1 || rs >= std::max<int64_t>(cols, 1))) {
-    return BlasLayout{CUBLAS_OP_N, rows == 1 ? std::max<int64_t>(cols, 1) : rs};
-  }
-  if ((rs == 1 || rows == 1) && (cols == 1 || cs >= std::max<int64_t>(rows, 1))) {
-    return BlasLayout{CUBLAS_OP_T, cols == 1 ? std::max<int64_t>(rows, 1) : cs};
-  }
-  return std::nullopt;
-}
-std::optional<BlasLayout> blas_layout(const Tensor& x3) { return blas_layout(x3.size(1), x3.size(2), x3.stride(1), x3.stride(2)); }
-
-/// x itself when cuBLAS can read each matrix in place, else a contiguous copy; a broadcast
-/// batch is copied once.
-Tensor blas_readable(const Tensor& x3) {
-  if (blas_layout(x3)) return x3;
-  if (x3.size(0) > 1 && x3.stride(0) == 0) return x3.select(0, 0).contiguous().unsqueeze(0).expand(x3.sizes());
-  return x3.contiguous();
-}
-
-/// x converted to `dtype` (contiguous), keeping a broadcast batch broadcast.
-Tensor converted(const Tensor& x3, DType dtype) {
-  const bool broadcast_batch = x3.size(0) > 1 && x3.stride(0) == 0;
-  const Tensor src = broadcast_batch ? x3.slice(0, 0, 1) : x3;
-  Tensor dst = empty(src.sizes(), dtype, x3.device());
-  copy(src, dst);
-  return broadcast_batch ? dst.expand(x3.sizes()) : dst;
+std::optional<BlasLayout> blas_layout(const Tensor& x3) {
+  const auto l = matrix_layout(x3);
+  if (!l) return std::nullopt;
+  return BlasLayout{l->transposed ? CUBLAS_OP_T : CUBLAS_OP_N, l->ld};
 }
 
 struct GemmTypes {
