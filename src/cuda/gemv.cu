@@ -33,8 +33,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 
 #include "cuda/gemv.h"
 #include "cuda/native_float.cuh"
@@ -265,26 +263,15 @@ template <class T> void launch_rows(const GemvArgs<T>& g, int device, cudaStream
   }
 }
 
-// Per (device, stream) split-K state for the columns kernel: one ticket per column tile and one
-// f32 accumulator per output, zeroed once; every launch leaves them zero again, so no memset
-// launch per call. Separate per stream so concurrent GEMVs never share them.
+// The columns kernel's split-K state in the stream's zeroed scratch: one ticket per column tile,
+// then one f32 accumulator per output (the kernel leaves both zero).
 struct SplitState {
   unsigned* tickets;
   float* accum;
 };
 SplitState split_state_for(int device, cudaStream_t stream, int64_t tiles, int64_t n) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, cudaStream_t>, Tensor> buffers;
-  std::lock_guard lock(mutex);
-  Tensor& t = buffers[{device, stream}];
-  const int64_t need = tiles + n;
-  if (!t.defined() || t.numel() < need) {
-    t = empty({std::max<int64_t>(2 * need, 4096)}, kInt32, Device::cuda(device));
-    EMBER_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, t.nbytes(), stream));
-  }
-  const int64_t half = t.numel() / 2;  // tickets in the first half, accumulators in the second
-  auto* base = t.data_ptr<int32_t>();
-  return {reinterpret_cast<unsigned*>(base), reinterpret_cast<float*>(base + half)};
+  auto* base = static_cast<unsigned*>(zeroed_stream_scratch(device, stream, ScratchPurpose::GemvSplitK, (tiles + n) * 4));
+  return {base, reinterpret_cast<float*>(base + tiles)};
 }
 
 template <class T> void launch_columns(const GemvArgs<T>& g, int device, cudaStream_t stream) {
