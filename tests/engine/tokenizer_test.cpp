@@ -3,6 +3,8 @@
 // normalizer variants, decode, the streaming decoder, and errors.
 #include "engine/tokenizer.h"
 
+#include "engine/chat_template.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -319,6 +321,38 @@ TEST(Tokenizer, IgnoreMergesTakesWholeWordsFromTheVocabulary) {
   EXPECT_NE(plain.encode("hello"), std::vector<int64_t>{id});
   EXPECT_EQ(ignoring.encode("hello"), std::vector<int64_t>{id});
   EXPECT_EQ(ignoring.encode(" hello"), plain.encode(" hello"));  // "Ġhello" is not in the vocabulary
+}
+
+TEST(ChatTemplate, MatchesTransformersWithQwen3Template) {
+  const json& cases = expected()["chat"];
+  ASSERT_GE(cases.size(), 20u);
+  for (const json& c : cases) {
+    std::vector<ChatMessage> messages;
+    for (const json& m : c["messages"]) messages.push_back({m["role"], m["content"]});
+    EXPECT_EQ(apply_chatml(messages, c["add_generation_prompt"], c["enable_thinking"]), c["text"].get<std::string>())
+        << c["messages"].dump() << " add_generation_prompt=" << c["add_generation_prompt"]
+        << " enable_thinking=" << c["enable_thinking"];
+  }
+}
+
+TEST(ChatTemplate, PromptTokenizesWithSpecialTokens) {
+  const Tokenizer& tok = fixture_tokenizer("qwen2_style");
+  const std::string prompt = apply_chatml({{"user", "Hi"}}, true, false);
+  EXPECT_EQ(prompt, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  const auto ids = tok.encode(prompt);
+  EXPECT_EQ(ids.front(), tok.token_id("<|im_start|>"));
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), *tok.token_id("<|im_end|>")), 1);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), *tok.token_id("<think>")), 1);
+  EXPECT_EQ(tok.decode(ids), prompt);
+}
+
+TEST(ChatTemplate, RejectsUnknownRoles) {
+  try {
+    apply_chatml({{"user", "a"}, {"tool", "b"}}, true);
+    FAIL() << "expected ember::Error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "[chat_template] message 1 role: expected system, user or assistant, got tool");
+  }
 }
 
 }  // namespace
