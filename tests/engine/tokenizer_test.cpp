@@ -75,7 +75,7 @@ TEST_P(TokenizerFixture, IdsMatchHuggingFace) {
   json lines = expected()["tokenizers"][GetParam()]["lines"];
   ASSERT_GT(lines.size(), 20u);
   for (const json& line : expected()["tokenizers"][GetParam()]["random_lines"]) lines.push_back(line);
-  ASSERT_GT(lines.size(), 100u);
+  ASSERT_GE(lines.size(), 90u);
   for (const json& line : lines) {
     const std::string text = line["text"];
     EXPECT_EQ(tok.encode(text), ids_of(line["ids"])) << "text: " << text;
