@@ -9,8 +9,12 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <sstream>
@@ -572,7 +576,6 @@ uint64_t pair_key(int64_t a, int64_t b) { return (static_cast<uint64_t>(a) << 32
 }  // namespace
 
 struct Tokenizer::Impl {
-  std::string origin;
   Normalizer normalizer;
   PreTokenizer pre_tokenizer;
 
@@ -820,7 +823,6 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& or
   }
   if (!root.is_object()) fail(kOp, "{}: expected a JSON object, got {}", origin, root.type_name());
   auto impl = std::make_unique<Impl>();
-  impl->origin = origin;
   const auto section = [&](const char* key) -> json { return root.contains(key) ? root[key] : json(); };
   const json model = section("model");
   if (model.is_null()) fail(kOp, "{}: expected a \"model\" object, got none", origin);

@@ -8,14 +8,14 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <limits>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <random>
 #include <sstream>
 
 #include "ember/error.h"
-#include "ember/ops.h"
 
 namespace ember::engine {
 namespace {
