@@ -132,6 +132,10 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir) {
       if (listed != index_entries_.end() ? listed->second == shard : file_of_.count(name) == 0) file_of_[name] = i;
     }
   }
+  for (const auto& [name, file] : file_of_) {
+    const SafetensorsInfo& info = files_[file]->info(name);
+    total_bytes_ += info.end - info.begin;
+  }
 }
 
 bool Checkpoint::contains(const std::string& name) const { return file_of_.count(name) != 0; }
@@ -146,15 +150,6 @@ std::vector<std::string> Checkpoint::files() const {
   std::vector<std::string> out;
   for (const auto& file : files_) out.push_back(file->path());
   return out;
-}
-
-uint64_t Checkpoint::total_bytes() const {
-  uint64_t total = 0;
-  for (const auto& [name, file] : file_of_) {
-    const SafetensorsInfo& info = files_[file]->info(name);
-    total += info.end - info.begin;
-  }
-  return total;
 }
 
 const SafetensorsFile& Checkpoint::file_of(const std::string& name) const {
@@ -175,8 +170,7 @@ const SafetensorsInfo& Checkpoint::info(const std::string& name) const { return 
 void Checkpoint::report(const std::string& stage, const std::string& file, uint64_t bytes) const {
   bytes_done_ += bytes;
   if (!progress_) return;
-  const uint64_t total = total_bytes();
-  progress_(LoadProgress{stage, file, std::min(bytes_done_, total), total});
+  progress_(LoadProgress{stage, file, std::min(bytes_done_, total_bytes_), total_bytes_});
 }
 
 // ---- dense tensors -----------------------------------------------------------------------------

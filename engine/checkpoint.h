@@ -51,7 +51,7 @@ class Checkpoint {
   /// The files opened (model.safetensors, or the index's shards in order).
   std::vector<std::string> files() const;
   /// Total bytes of tensor data over every file.
-  uint64_t total_bytes() const;
+  uint64_t total_bytes() const { return total_bytes_; }
   void set_progress(ProgressCallback progress) { progress_ = std::move(progress); }
 
   /// The tensor `name` on `device` cast to `dtype`. A missing tensor is an ember::Error naming it
@@ -87,6 +87,7 @@ class Checkpoint {
   std::map<std::string, size_t> file_of_;  // tensor name -> index into files_
   std::map<std::string, std::string> index_entries_;  // from the index: name -> shard file name
   ProgressCallback progress_;
+  uint64_t total_bytes_ = 0;
   mutable uint64_t bytes_done_ = 0;  // bytes loaded so far over all calls, for progress
 };
 
