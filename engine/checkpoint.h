@@ -55,13 +55,16 @@ class Checkpoint {
   void set_progress(ProgressCallback progress) { progress_ = std::move(progress); }
 
   /// The tensor `name` on `device` cast to `dtype`. A missing tensor is an ember::Error naming it
-  /// and the file it was expected in (the index's entry, or the single file).
+  /// and the file it was expected in (the index's entry, or the single file). On the CPU in the
+  /// stored dtype it shares the mapping (no copy). A cast to or from fp8 is refused (it would
+  /// ignore the scales): load_linear handles those.
   Tensor load(const std::string& name, Device device, DType dtype) const;
-  /// A linear layer's weight `prefix`.weight: kept fp8 with its fp32 scale ([] for one scale,
-  /// [N, 1] per output channel, [ceil(N/128), ceil(K/128)] for blocks) (`prefix`.weight_scale_inv
-  /// or `prefix`.weight_scale; an fp8 weight without one is an error) when the file holds fp8
-  /// and `dtype` is kFloat8_e4m3fn, dequantized to `dtype` otherwise; a float weight requested as
-  /// kFloat8_e4m3fn is quantized at load (128x128 blocks).
+  /// A linear layer's weight `prefix`.weight. An fp8 file's weight needs its decoding scale
+  /// `prefix`.weight_scale_inv or `prefix`.weight_scale (a multiplier either way; none is an
+  /// error): kept fp8 with that scale as fp32 ([] for one scale, [N, 1] per output channel,
+  /// [ceil(N/128), ceil(K/128)] for blocks) when `dtype` is kFloat8_e4m3fn, dequantized to
+  /// `dtype` otherwise. A float weight requested as kFloat8_e4m3fn is quantized at load
+  /// (128x128 blocks).
   Weight load_linear(const std::string& prefix, Device device, DType dtype) const;
   /// The experts of the MoE block `mlp_prefix` (e.g. "model.layers.3.mlp"), stacked:
   /// per-expert `mlp_prefix`.experts.{j}.{gate,up,down}_proj.weight (the hub layout) or fused
@@ -78,7 +81,7 @@ class Checkpoint {
   /// The file holding `name`; the error names the tensor and where it was expected.
   const SafetensorsFile& file_of(const std::string& name) const;
   /// Stored fp8 weight `weight_name`'s decoding scale (`scale_base`_scale_inv or _scale) as fp32
-  /// on `device`, normalized to [] / [N, 1] / blocks; an error when there is none.
+  /// on `device`, in the file's shape; an error when there is none.
   Tensor load_scale(const std::string& weight_name, const std::string& scale_base, Device device) const;
   void report(const std::string& stage, const std::string& file, uint64_t bytes) const;
 
