@@ -274,8 +274,9 @@ ReuseOutcome free_while_consumer_reads(bool record_stream) {
     next = empty({static_cast<int64_t>(n)}, kFloat32, Device::cuda());
     step("allocate");
     cuda::copy_bytes(next.raw_data(), Device::cuda(), overwrite_source.raw_data(), Device::cuda(), n * sizeof(float));
+    step("overwrite issued");
     producer.synchronize();
-    step("overwrite");
+    step("producer synchronised");
   }
   out.consumer_busy_at_overwrite = !consumer.query();
   out.reused = next.raw_data();
