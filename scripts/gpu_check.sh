@@ -2,7 +2,7 @@
 # One call on the GPU machine: build with CUDA (sm_90a there; CI compiles sm_80 too), run every
 # test, run the CUDA tests under compute-sanitizer (memcheck, racecheck), run the decode
 # benchmarks next to PyTorch. Logs go to $OUT (or ./out). Steps: all (default) or a list of
-# build tests sanitize bench (or one of bench-decode bench-core bench-linalg bench-moe).
+# build tests sanitize bench (or one of bench-decode bench-core bench-linalg bench-moe), profile-moe.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out}; mkdir -p "$out"
@@ -14,7 +14,14 @@ stamp() { echo "== $(date +%T) $*"; }
 if has build; then
   stamp build
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-  cmake -S . -B build-gpu -G Ninja -DEMBER_CUDA=ON -DEMBER_CUDA_ARCHITECTURES=90a -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
+  # The GPU image lacks the PCRE2 and utf8proc headers: unpack the Debian packages carried in
+  # .debs/ (apt-get download libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2) into a prefix.
+  prefix=()
+  if [ ! -f /usr/include/pcre2.h ] || [ ! -f /usr/include/utf8proc.h ]; then
+    for deb in .debs/*.deb; do dpkg -x "$deb" /tmp/ember-deps; done
+    prefix=(-DCMAKE_PREFIX_PATH=/tmp/ember-deps/usr)
+  fi
+  cmake -S . -B build-gpu -G Ninja "${prefix[@]}" -DEMBER_CUDA=ON -DEMBER_CUDA_ARCHITECTURES=90a -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
     > "$out/build.log" 2>&1 && cmake --build build-gpu -j 16 >> "$out/build.log" 2>&1
   rc=$?; tail -5 "$out/build.log"; [ $rc -eq 0 ] || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
 fi
@@ -54,6 +61,13 @@ if has bench || has bench-moe; then
 fi
 if has bench || has bench-core; then
   bench_pair core ./build-gpu/bench/core_bench "python3 bench/torch_core.py"
+fi
+if has profile-moe; then
+  # Per-kernel durations of the decode MoE layer (Qwen3-30B-A3B shapes, T=1) at normal clocks.
+  stamp "profile moe"
+  ncu --clock-control none --kernel-name regex:"decode|route|permute|gemv|rows_kernel" --launch-skip 40 --launch-count 24 \
+    ./build-gpu/bench/moe_bench 1 2>&1 | grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput" | head -120 > "$out/profile.txt"
+  head -60 "$out/profile.txt"
 fi
 if [ -s "$out/bench.jsonl" ]; then
   python3 bench/compare.py "$out/bench.jsonl" > "$out/perf.txt"
