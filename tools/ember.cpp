@@ -271,6 +271,7 @@ int run_generate(const GenerateFlags& flags) {
   if (stream) fmt::print("{}", stream->flush());
   if (!flags.json) {
     fmt::print("\n");
+    std::fflush(stdout);
     print_timings(result.timings);
     return 0;
   }
@@ -336,6 +337,7 @@ int run_chat(const ChatFlags& flags) {
       return true;
     });
     fmt::print("{}\n", stream.flush());
+    std::fflush(stdout);
     print_timings(result.timings);
     std::vector<int64_t> reply = result.ids;
     if (result.stopped && !reply.empty()) reply.pop_back();

@@ -69,7 +69,8 @@ class ModelTest : public ::testing::TestWithParam<ModelCase> {
 TEST_P(ModelTest, LogitsMatchTransformers) {
   auto model = load();
   const Tensor logits = model->forward(ids_of(expected_.prompt), 0);  // [1, T, V]
-  ASSERT_EQ(logits.sizes(), (std::vector<int64_t>{1, static_cast<int64_t>(expected_.prompt.size()), 256}));
+  const int64_t vocab = model->config().vocab_size;
+  ASSERT_EQ(logits.sizes(), (std::vector<int64_t>{1, static_cast<int64_t>(expected_.prompt.size()), vocab}));
   EXPECT_EQ(logits.dtype(), kFloat32);
   EXPECT_EQ(logits.device(), device_);
   EXPECT_LT(max_abs_diff(logits.select(0, 0), expected_.logits), 1e-3);
@@ -78,7 +79,7 @@ TEST_P(ModelTest, LogitsMatchTransformers) {
 TEST_P(ModelTest, LastOnlyLogitsAreTheLastRow) {
   auto model = load();
   const Tensor last = model->forward(ids_of(expected_.prompt), 0, /*last_only=*/true);  // [1, 1, V]
-  ASSERT_EQ(last.sizes(), (std::vector<int64_t>{1, 1, 256}));
+  ASSERT_EQ(last.sizes(), (std::vector<int64_t>{1, 1, model->config().vocab_size}));
   EXPECT_LT(max_abs_diff(last.select(0, 0).select(0, 0), expected_.logits.select(0, -1)), 1e-3);
 }
 
@@ -204,7 +205,9 @@ TEST_P(ModelTest, RopeInverseFrequenciesMatchTransformers) {
 
 TEST_P(ModelTest, RefusesBadInput) {
   auto model = load();
-  EXPECT_NE(test::error_of([&] { model->forward(ids_of({1, 256}), 0); }).find("token id: expected 0 to 255, got 256"),
+  const int64_t vocab = model->config().vocab_size;
+  EXPECT_NE(test::error_of([&] { model->forward(ids_of({1, vocab}), 0); })
+                .find(fmt::format("token id: expected 0 to {}, got {}", vocab - 1, vocab)),
             std::string::npos);
   EXPECT_NE(test::error_of([&] { model->forward(ids_of({1, 2}), 3); }).find("start position"), std::string::npos);
   EXPECT_NE(test::error_of([&] { model->forward(ids_of(std::vector<int64_t>(65, 1)), 0); }).find("max_seq_len = 64"),
