@@ -108,7 +108,8 @@ PerplexityResult perplexity(Model& model, const std::vector<int64_t>& ids, bool 
     if (keep_logits) chunks.push_back(logits.to(Device::cpu()));
     const int64_t predicted = std::min(chunk, length - 1 - start);  // the last position predicts nothing
     if (predicted == 0) continue;
-    const Tensor targets = ids_tensor(ids, start + 1, start + 1 + predicted).view({predicted, 1}).to(model.device());  // [P, 1]
+    const Tensor targets =
+        ids_tensor(ids, start + 1, start + 1 + predicted).view({predicted, 1}).to(model.device());  // [P, 1]
     const Tensor log_probs = log_softmax(logits.narrow(0, 0, predicted), -1);                 // [P, V]
     nll_sum -= sum(gather(log_probs, 1, targets), {}, false, kFloat64).item<double>();        // scalar
   }

@@ -96,7 +96,8 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64
   const int64_t kv_heads = k.size(1), positions = k.size(2), group = heads / kv_heads;
   // Query heads h = kv * group + g share key/value head kv: fold the group into the rows.
   const Tensor queries = q.reshape({batch, kv_heads, group * length, dim});                    // [B, Hkv, G*L, D]
-  Tensor scores = matmul(queries, k.transpose(2, 3)).to(kFloat32) * (1.0 / std::sqrt(static_cast<double>(dim)));  // [B, Hkv, G*L, S]
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+  Tensor scores = matmul(queries, k.transpose(2, 3)).to(kFloat32) * scale;                    // [B, Hkv, G*L, S]
   if (length > 1) {  // query i sits at position start_pos + i and sees keys j <= start_pos + i
     const Tensor key_pos = arange(0, static_cast<double>(positions), 1, kInt64, q.device()).view({1, positions});  // [1, S]
     const Tensor query_pos = arange(static_cast<double>(start_pos), static_cast<double>(start_pos + length), 1, kInt64,

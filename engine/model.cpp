@@ -103,7 +103,8 @@ Weight RandomWeights::linear(const std::string& prefix, int64_t out_features, in
 
 MoeExperts RandomWeights::experts(const std::string& mlp_prefix, int64_t num_experts, int64_t intermediate,
                                   int64_t hidden, Device device, DType dtype) {
-  const std::vector<int64_t> gate_up_shape = {num_experts, 2 * intermediate, hidden}, down_shape = {num_experts, hidden, intermediate};
+  const std::vector<int64_t> gate_up_shape = {num_experts, 2 * intermediate, hidden};
+  const std::vector<int64_t> down_shape = {num_experts, hidden, intermediate};
   MoeExperts e;
   if (dtype != kFloat8_e4m3fn) {
     e.gate_up = normal(mlp_prefix + ".experts.gate_up_proj", gate_up_shape, device, dtype);

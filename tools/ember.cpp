@@ -425,10 +425,13 @@ ModelConfig config_from_path(const std::string& path) {
 }
 
 int run_bench(const BenchFlags& flags) {
-  if (flags.model.dir.empty() == flags.random_weights.empty()) usage_error("bench: expected one of --model DIR or --random-weights CONFIG_JSON");
+  if (flags.model.dir.empty() == flags.random_weights.empty()) {
+    usage_error("bench: expected one of --model DIR or --random-weights CONFIG_JSON");
+  }
   if (flags.prompt_len < 1) usage_error(fmt::format("--prompt-len: expected at least 1, got {}", flags.prompt_len));
   if (flags.gen_len < 1) usage_error(fmt::format("--gen-len: expected at least 1, got {}", flags.gen_len));
-  const ModelConfig config = flags.random_weights.empty() ? load_model_config(flags.model.dir) : config_from_path(flags.random_weights);
+  const ModelConfig config =
+      flags.random_weights.empty() ? load_model_config(flags.model.dir) : config_from_path(flags.random_weights);
   ModelFlags model_flags = flags.model;
   if (model_flags.max_seq_len == 0) model_flags.max_seq_len = flags.prompt_len + flags.gen_len;
   const ModelOptions options = model_options(model_flags, config);
@@ -557,7 +560,9 @@ int main(int argc, char** argv) {
     if (*info) return run_info();
     if (*demo) return run_demo(demo_device);
     if (*generate_command) {
-      if (generate_flags.prompt.empty() && generate_flags.prompt_ids.empty()) usage_error("generate: expected --prompt TEXT or --prompt-ids 1,2,3");
+      if (generate_flags.prompt.empty() && generate_flags.prompt_ids.empty()) {
+        usage_error("generate: expected --prompt TEXT or --prompt-ids 1,2,3");
+      }
       return run_generate(generate_flags);
     }
     if (*chat_command) return run_chat(chat_flags);

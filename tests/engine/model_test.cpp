@@ -83,6 +83,26 @@ TEST_P(ModelTest, LastOnlyLogitsAreTheLastRow) {
   EXPECT_LT(max_abs_diff(last.select(0, 0).select(0, 0), expected_.logits.select(0, -1)), 1e-3);
 }
 
+TEST_P(ModelTest, BatchRowsAreIndependent) {
+  // Two sequences in one forward: the prompt, and the prompt with its first half replaced; the
+  // first row must still give transformers' logits, then both decode a token at once.
+  auto model = load_model(model_dir(GetParam().model),
+                          {.device = device_, .dtype = kFloat32, .max_seq_len = 64, .max_batch = 2});
+  std::vector<int64_t> both = expected_.prompt, other = expected_.prompt;
+  for (size_t i = 0; i < other.size() / 2; ++i) other[i] = (other[i] * 7 + 3) % 256;
+  both.insert(both.end(), other.begin(), other.end());
+  const auto t = static_cast<int64_t>(expected_.prompt.size());
+  const Tensor logits = model->forward(tensor<int64_t>(both, {2, t}), 0);  // [2, T, V]
+  EXPECT_LT(max_abs_diff(logits.select(0, 0), expected_.logits), 1e-3);
+  EXPECT_GT(max_abs_diff(logits.select(0, 1), expected_.logits), 1e-2);
+  const Tensor next = model->forward(tensor<int64_t>({expected_.greedy[0], expected_.greedy[0]}, {2, 1}), t);  // [2, 1, V]
+  auto single = load();
+  single->forward(ids_of(other), 0);
+  EXPECT_LT(max_abs_diff(next.select(0, 1), single->forward(ids_of({expected_.greedy[0]}), t).select(0, 0)), 1e-4);
+  EXPECT_NE(test::error_of([&] { model->forward(tensor<int64_t>(std::vector<int64_t>(3, 1), {3, 1}), 0); }).find("batch size"),
+            std::string::npos);
+}
+
 TEST_P(ModelTest, KvCacheDecodeMatchesFullSequence) {
   // Prefill 5 tokens, a chunk of 4 at position 5 (the masked path with start_pos > 0), then one
   // token at a time: every row must equal transformers' full-sequence logits.
@@ -281,7 +301,8 @@ TEST(ModelRandomWeights, UnknownArchitectureIsRefused) {
   ModelConfig config = tiny_moe_config();
   config.model_type = "mamba";
   RandomWeights weights;
-  EXPECT_NE(test::error_of([&] { build_model(config, weights, {}); }).find("expected one of qwen3_moe, qwen3, llama, got 'mamba'"),
+  EXPECT_NE(test::error_of([&] { build_model(config, weights, {}); })
+                .find("expected one of qwen3_moe, qwen3, llama, got 'mamba'"),
             std::string::npos);
 }
 
