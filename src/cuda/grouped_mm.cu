@@ -24,8 +24,10 @@
 //   tiled_kernel  the fallback for everything else (f32, FP8 activations, layouts that are not
 //                 unit-stride along K or not 16-byte aligned, EMBER_DISABLE_FAST_PATHS=1):
 //                 64x64 output tiles, K in steps of 32 through shared memory, bf16/f16 on tensor
-//                 cores (wmma, f32 accumulation), f32 with FMA; FP8 weights are decoded
-//                 (x block scale) while staged, per-row/per-channel scales applied in the epilogue.
+//                 cores (wmma, f32 accumulation), f32 with FMA; FP8 weights are staged as
+//                 decoded codes (128x128 block scales: applied in f32 to each K step's partial
+//                 product on tensor cores, to the staged f32 value with FMA), per-tensor and
+//                 per-channel scales in the epilogue.
 //   batch_kernel  2D x 2D (K jagged) and 3D x 3D: one grid layer per group, same tiles.
 // 3D x 2D runs as the rows form of the transposed problem (out^T = B^T @ A[g]^T).
 //
@@ -50,15 +52,6 @@
 namespace ember::cuda {
 namespace gmm {
 namespace {
-
-__device__ __forceinline__ float block_scale(const WeightScale& s, int64_t g, int64_t n, int64_t k) {
-  return s.kind == WeightScale::Block128 ? s.ptr[g * s.s0 + (n / 128) * s.s1 + (k / 128) * s.s2] : 1.f;
-}
-__device__ __forceinline__ float column_scale(const WeightScale& s, int64_t g, int64_t n) {
-  if (s.kind == WeightScale::Tensorwise) return s.ptr[g * s.s0];
-  if (s.kind == WeightScale::Rowwise) return s.ptr[g * s.s0 + n * s.s1];
-  return 1.f;
-}
 
 // ---- prep ------------------------------------------------------------------------------------------
 constexpr int kPrepThreads = 1024;  // one thread per group: G <= 1024
@@ -193,14 +186,24 @@ template <class ST> struct TileSmem {
   __align__(32) float c[kBM][kLdC];
 };
 
+// Each K step and each column tile lies inside one 128x128 scale block (K steps start at 0
+// whenever B has block scales), so one scale serves a whole step of a tile.
+static_assert(kScaleBlock % kBK == 0 && kScaleBlock % kBN == 0, "a tile step must not straddle a scale block");
+
 // C tile (smem, f32) = A[0:rows, k0:k1] @ B[k0:k1, 0:cols] with A element (i, k) at
 // a[i*a_rs + k*a_ks] and B element (k, j) at b[k*b_ks + j*b_ns]; rows/cols beyond the valid
-// ranges read as zero. FP8 B is decoded with its block scale (group g, first column n0).
+// ranges read as zero. FP8 B with 128x128 block scales (group g, first column n0, k0 = 0): on
+// tensor cores the codes are staged bare (exact in bf16/f16) and each K step's partial product
+// is scaled in f32 as it is added to the accumulator, the precision of the decode kernel and the
+// CPU; scaling while staging would round code x scale to the 16-bit staging type (2^-9 relative
+// error per weight, beyond bf16 output tolerances for outputs near zero). f32 staging keeps
+// code x scale (rounded to f32 only).
 template <class AT, class BT, class ST>
 __device__ void tile_product(TileSmem<ST>& sm, const AT* a, int64_t a_rs, int64_t a_ks, int64_t rows, const BT* b, int64_t b_ks,
                              int64_t b_ns, int64_t cols, int64_t k0, int64_t k1, const WeightScale& sb, int64_t g, int64_t n0) {
   const int t = threadIdx.x;
   constexpr bool kTensorCores = !std::is_same_v<ST, float>;
+  constexpr bool kScaleAfterMma = kTensorCores && std::is_same_v<BT, E4m3>;
   using namespace nvcuda;
   const int warp = t / 32, wm = warp / 2, wn = warp % 2;
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
@@ -222,11 +225,38 @@ __device__ void tile_product(TileSmem<ST>& sm, const AT* a, int64_t a_rs, int64_
     for (int idx = t; idx < kBK * kBN; idx += kTileThreads) {
       const int kk = b_k_fast ? idx % kBK : idx / kBN, j = b_k_fast ? idx / kBK : idx % kBN;
       float v = 0.f;
-      if (j < cols && k + kk < k1) v = to_f(b[(k + kk) * b_ks + j * b_ns]) * block_scale(sb, g, n0 + j, k + kk);
+      if (j < cols && k + kk < k1) {
+        v = to_f(b[(k + kk) * b_ks + j * b_ns]);
+        if constexpr (!kScaleAfterMma) v *= block_scale(sb, g, n0 + j, k + kk);
+      }
       sm.bs[kk][j] = from_f<ST>(v);
     }
     __syncthreads();
-    if constexpr (kTensorCores) {
+    if constexpr (kScaleAfterMma) {
+      // One fragment of partial sums at a time: the whole step for one 16x16 block, then scaled.
+      const float s = block_scale(sb, g, n0, k);
+      constexpr int kSteps = kBK / 16;
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, ST, wmma::row_major> fa[kSteps][2];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, ST, wmma::row_major> fb[kSteps][2];
+#pragma unroll
+      for (int q = 0; q < kSteps; ++q) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(fa[q][i], &sm.as[wm * 32 + i * 16][q * 16], kLdA);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[q][j], &sm.bs[q * 16][wn * 32 + j * 16], kLdB);
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          wmma::fragment<wmma::accumulator, 16, 16, 16, float> part;
+          wmma::fill_fragment(part, 0.f);
+#pragma unroll
+          for (int q = 0; q < kSteps; ++q) wmma::mma_sync(part, fa[q][i], fb[q][j], part);
+#pragma unroll
+          for (int e = 0; e < part.num_elements; ++e) acc[i][j].x[e] = fmaf(s, part.x[e], acc[i][j].x[e]);
+        }
+    } else if constexpr (kTensorCores) {
 #pragma unroll
       for (int kk = 0; kk < kBK; kk += 16) {
         wmma::fragment<wmma::matrix_a, 16, 16, 16, ST, wmma::row_major> fa[2];
@@ -499,8 +529,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) mma_tile_kernel(RowsProblem p,
       multiply(a_tiles + slot * S::kATile, b_tiles + slot * S::kBTile, acc);
     } else {
       // The 128-aligned tile lies inside one 128x128 scale block: one scale per K step.
-      const float scale = block_scaled ? p.scale_b.ptr[g * p.scale_b.s0 + (n0 / 128) * p.scale_b.s1 +
-                                                       (static_cast<int64_t>(kt) * kMmaBK / 128) * p.scale_b.s2]
+      const float scale = block_scaled ? p.scale_b.ptr[block_scale_offset(g, n0, static_cast<int64_t>(kt) * kMmaBK, p.scale_b.s0,
+                                                                          p.scale_b.s1, p.scale_b.s2)]
                                        : 1.f;
 #pragma unroll
       for (int i = 0; i < kMmaBN * 4 / kMmaThreads; ++i) {  // 16 codes -> two 16-byte chunks of T

@@ -38,6 +38,8 @@
 namespace ember::cuda {
 namespace {
 
+using gmm::block_scale;
+using gmm::column_scale;
 using gmm::E4m3;
 using gmm::from_f;
 using gmm::load8;
@@ -49,14 +51,6 @@ __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
   return v;
-}
-__device__ __forceinline__ float block_scale(const WeightScale& s, int64_t g, int64_t n, int64_t k) {
-  return s.kind == WeightScale::Block128 ? s.ptr[g * s.s0 + (n / 128) * s.s1 + (k / 128) * s.s2] : 1.f;
-}
-__device__ __forceinline__ float column_scale(const WeightScale& s, int64_t g, int64_t n) {
-  if (s.kind == WeightScale::Tensorwise) return s.ptr[g * s.s0];
-  if (s.kind == WeightScale::Rowwise) return s.ptr[g * s.s0 + n * s.s1];
-  return 1.f;
 }
 
 // ---- routing ------------------------------------------------------------------------------------
