@@ -310,6 +310,15 @@ TEST(ModelLoad, MissingDirectoryIsAnError) {
   EXPECT_NE(test::error_of([] { load_model("/nonexistent/model", {}); }), "no error");
 }
 
+TEST(ModelLoad, FusedAndHubExpertLayoutsGiveTheSameLogits) {
+  // The loader's fixture holds one Qwen3-MoE in transformers 5's fused expert layout and in the
+  // hub's per-expert layout (scripts/fixtures/make_checkpoint_fixtures.py).
+  auto fused = load_model(test::fixture_path("checkpoint/qwen3_moe_tiny"), {});
+  auto hub = load_model(test::fixture_path("checkpoint/qwen3_moe_tiny_hub"), {});
+  const Tensor ids = ids_of({1, 5, 9, 100, 42, 7, 3});
+  EXPECT_TENSOR_EQ(fused->forward(ids, 0), hub->forward(ids, 0));
+}
+
 TEST(ModelLoad, WrongShapeNamesTheTensor) {
   // A config that disagrees with the weights: the error names the tensor and both shapes.
   const std::string dir = ::testing::TempDir() + "/ember_model_wrong_shape";
