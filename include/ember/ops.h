@@ -176,4 +176,21 @@ Tensor dequantize_fp8(const Tensor& q, const Tensor& scale, DType out_dtype = kF
 Tensor scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                  std::optional<Tensor> bias = {}, DType out_dtype = kBFloat16);
 
+// ---- attention ---------------------------------------------------------------------------------
+/// torch.nn.functional.scaled_dot_product_attention: softmax(q k^T * scale + mask) v.
+/// q [..., Hq, L, E], k [..., Hk, S, E], v [..., Hv, S, Ev] (rank >= 2; a missing head dim counts
+/// as one head). The leading (batch) dims broadcast among q, k and v; the head counts are equal
+/// or 1 (broadcast), or, with enable_gqa, Hk and Hv divide Hq and each k/v head serves Hq/Hk
+/// (Hq/Hv) consecutive q heads (torch's repeat_interleave). One float dtype for q, k, v (f16 and
+/// bf16 accumulate in f32); the result [..., H, L, Ev] has q's dtype.
+/// attn_mask: kBool (true = attend) or an additive float mask of q's dtype or float32, that
+/// broadcasts to [..., H, L, S] without enlarging it. is_causal: query i attends keys j <= i
+/// (torch's top-left tril(ones(L, S))); not allowed together with attn_mask. scale defaults to
+/// 1/sqrt(E). A query row whose keys are all masked (false, -inf, or causal with S = 0) gives
+/// zeros, what torch's fused kernels return (torch's math backend gives NaN).
+/// On CUDA, E and Ev must be at most 256; any strides are read in place.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    std::optional<Tensor> attn_mask = {}, bool is_causal = false,
+                                    std::optional<double> scale = {}, bool enable_gqa = false);
+
 }  // namespace ember

@@ -48,6 +48,9 @@ void scaled_grouped_mm(const Tensor&, const Tensor&, const Tensor&, const Tensor
 void moe_route(const Tensor&, const Tensor&, const MoeRouteOptions&, const Tensor&, const Tensor&) { no_cuda("moe_route"); }
 void moe_permute(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("moe_permute"); }
 void moe_unpermute(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("moe_unpermute"); }
+void scaled_dot_product_attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool, double, const Tensor&) {
+  no_cuda("scaled_dot_product_attention");
+}
 void moe_layer(const Tensor&, const Tensor&, const MoeExperts&, const MoeLayerOptions&, const Tensor&) { no_cuda("moe_layer"); }
 
 }  // namespace ember::cuda
