@@ -92,22 +92,17 @@ Tensor Linear::operator()(const Tensor& x) const {
 }
 
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t start_pos) {
-  const int64_t batch = q.size(0), heads = q.size(1), length = q.size(2), dim = q.size(3);
-  const int64_t kv_heads = k.size(1), positions = k.size(2), group = heads / kv_heads;
-  // Query heads h = kv * group + g share key/value head kv: fold the group into the rows.
-  const Tensor queries = q.reshape({batch, kv_heads, group * length, dim});                    // [B, Hkv, G*L, D]
-  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
-  Tensor scores = matmul(queries, k.transpose(2, 3)).to(kFloat32) * scale;                    // [B, Hkv, G*L, S]
-  if (length > 1) {  // query i sits at position start_pos + i and sees keys j <= start_pos + i
-    const Tensor key_pos = arange(0, static_cast<double>(positions), 1, kInt64, q.device()).view({1, positions});  // [1, S]
-    const Tensor query_pos = arange(static_cast<double>(start_pos), static_cast<double>(start_pos + length), 1, kInt64,
-                                    q.device()).view({length, 1});                             // [L, 1]
-    scores = where(le(key_pos, query_pos), scores.view({batch, kv_heads, group, length, positions}),
-                   scalar_tensor(-INFINITY, kFloat32, q.device()))
-                 .view({batch, kv_heads, group * length, positions});                          // [B, Hkv, G*L, S]
+  const int64_t length = q.size(2), positions = k.size(2);
+  if (length == 1 || start_pos == 0) {  // decode (sees everything), or prefill with L == S: torch's top-left rule
+    return scaled_dot_product_attention(q, k, v, std::nullopt, /*is_causal=*/length > 1, std::nullopt,
+                                        /*enable_gqa=*/true);                                  // [B, Hq, L, D]
   }
-  const Tensor probs = softmax(scores, -1).to(v.dtype());                                      // [B, Hkv, G*L, S]
-  return matmul(probs, v).view({batch, heads, length, dim});                                   // [B, Hq, L, D]
+  // A chunk after cached positions: query i sits at position start_pos + i and sees keys j <= start_pos + i.
+  const Tensor key_pos = arange(0, static_cast<double>(positions), 1, kInt64, q.device()).view({1, positions});  // [1, S]
+  const Tensor query_pos = arange(static_cast<double>(start_pos), static_cast<double>(start_pos + length), 1, kInt64,
+                                  q.device()).view({length, 1});                               // [L, 1]
+  return scaled_dot_product_attention(q, k, v, le(key_pos, query_pos), /*is_causal=*/false, std::nullopt,
+                                      /*enable_gqa=*/true);                                    // [B, Hq, L, D]
 }
 
 Tensor Attention::operator()(const Tensor& x, const Rope& rope, KvCache& cache, int64_t layer, int64_t start_pos) const {

@@ -73,8 +73,9 @@ struct MoeBlock {
   Tensor operator()(const Tensor& x) const;  // [B, L, H] -> [B, L, H]
 };
 
-/// Scaled dot-product attention, causal over the cache: q [B, Hq, L, D] at positions
-/// start_pos.., k and v [B, Hkv, S, D] with S = start_pos + L -> [B, Hq, L, D].
+/// Scaled dot-product attention, causal over the cache (ember::scaled_dot_product_attention with
+/// GQA): q [B, Hq, L, D] at positions start_pos.., k and v [B, Hkv, S, D] with S = start_pos + L
+/// -> [B, Hq, L, D].
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t start_pos);
 
 // ---- loading: transformers' tensor names under `prefix`, shapes checked by the source ------------
