@@ -163,10 +163,10 @@ Tensor Model::forward(const Tensor& ids, int64_t start_pos, bool last_only) {
                 config_.vocab_size - 1, id);
   }
   cache_.set_filled(start_pos);  // positions from start_pos on are overwritten now
-  Tensor x = hidden_states(host_ids.to(options_.device), start_pos);                                 // [B, L, H]
+  Tensor x = hidden_states(host_ids.to(options_.device), start_pos);  // [B, L, H]
   cache_.set_filled(start_pos + length);
-  if (last_only) x = x.narrow(1, length - 1, 1);                                   // [B, 1, H]
-  return linear(x, lm_head).to(kFloat32);                                          // [B, L or 1, V]
+  if (last_only) x = x.narrow(1, length - 1, 1);                      // [B, 1, H]
+  return linear(x, lm_head).to(kFloat32);                             // [B, L or 1, V]
 }
 
 const std::vector<std::string>& supported_model_types() {
