@@ -120,6 +120,12 @@ struct MemoryPlan {
 ///  - available: free device memory (ember::cuda::mem_get_info) or MemAvailable of /proc/meminfo.
 MemoryPlan plan_memory(const ModelConfig& config, const Checkpoint& checkpoint, Device device, DType compute_dtype,
                        int64_t max_seq_len, int64_t batch = 1);
+/// The same plan with the weights' bytes given (e.g. config_weight_bytes for random weights).
+MemoryPlan plan_memory(const ModelConfig& config, uint64_t weight_bytes, Device device, DType compute_dtype,
+                       int64_t max_seq_len, int64_t batch = 1);
+/// Weight bytes of the tensors a model of `config` has, at the dtypes plan_memory would give them
+/// (for a model built without a checkpoint, e.g. `ember bench --random-weights`).
+uint64_t config_weight_bytes(const ModelConfig& config, DType compute_dtype);
 /// Throws ember::Error with both numbers and the remedies when the plan does not fit:
 /// "needs 41.2 GB, 23.9 GB available on cuda:0: use --dtype fp8, a shorter --max-seq-len, or another device".
 void check_fits(const MemoryPlan& plan, Device device);

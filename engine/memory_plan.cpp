@@ -62,30 +62,78 @@ std::string gigabytes(uint64_t bytes) { return fmt::format("{:.1f} GB", static_c
 
 }  // namespace
 
+namespace {
+uint64_t checkpoint_weight_bytes(const Checkpoint& checkpoint, DType compute_dtype) {
+  const bool fp8 = is_fp8(compute_dtype);
+  const uint64_t act = itemsize(fp8 ? kBFloat16 : compute_dtype);
+  uint64_t bytes = 0;
+  for (const std::string& tensor_name : checkpoint.names()) {
+    const SafetensorsInfo& info = checkpoint.info(tensor_name);
+    const uint64_t numel = numel_of(info.shape);
+    if (!is_floating_point(info.dtype)) {
+      bytes += info.end - info.begin;
+    } else if (is_scale(tensor_name)) {
+      if (fp8) bytes += numel * 4;  // kept with their fp8 weights, as fp32
+    } else if (fp8 && is_projection(tensor_name)) {
+      bytes += numel * itemsize(compute_dtype) + (is_fp8(info.dtype) ? 0 : block_scale_bytes(info.shape));
+    } else {
+      bytes += numel * act;
+    }
+  }
+  return bytes;
+}
+}  // namespace
+
+uint64_t config_weight_bytes(const ModelConfig& config, DType compute_dtype) {
+  const bool fp8 = is_fp8(compute_dtype);
+  const uint64_t act = itemsize(fp8 ? kBFloat16 : compute_dtype);
+  uint64_t bytes = 0;
+  // A projection [n, k]: fp8 weights plus their fp32 128x128-block scales, or the compute dtype.
+  const auto projection = [&](int64_t n, int64_t k) {
+    const std::vector<int64_t> shape{n, k};
+    bytes += fp8 ? static_cast<uint64_t>(n * k) + block_scale_bytes(shape) : static_cast<uint64_t>(n * k) * act;
+  };
+  const int64_t h = config.hidden_size, d = config.head_dim;
+  const int64_t q = config.num_attention_heads * d, kv = config.num_key_value_heads * d;
+  bytes += static_cast<uint64_t>(config.vocab_size * h) * act * (config.tie_word_embeddings ? 1 : 2);
+  for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
+    projection(q, h);
+    projection(kv, h);
+    projection(kv, h);
+    projection(h, q);
+    if (config.attention_bias) bytes += static_cast<uint64_t>(q + 2 * kv + h) * act;
+    const bool qk_norm = config.model_type != "llama";  // Qwen3 normalises q and k per head
+    bytes += static_cast<uint64_t>(2 * h + (qk_norm ? 2 * d : 0)) * act;  // the layer's RMSNorms
+    if (config.is_moe_layer(layer)) {
+      bytes += static_cast<uint64_t>(config.num_experts * h) * act;  // router
+      for (int64_t e = 0; e < config.num_experts; ++e) {
+        projection(2 * config.moe_intermediate_size, h);
+        projection(h, config.moe_intermediate_size);
+      }
+    } else {
+      projection(2 * config.intermediate_size, h);
+      projection(h, config.intermediate_size);
+    }
+  }
+  return bytes + static_cast<uint64_t>(h) * act;  // final norm
+}
+
 MemoryPlan plan_memory(const ModelConfig& config, const Checkpoint& checkpoint, Device device, DType compute_dtype,
+                       int64_t max_seq_len, int64_t batch) {
+  EMBER_CHECK(is_floating_point(compute_dtype), "memory plan", "compute dtype: expected a floating dtype, got {}",
+              name(compute_dtype));
+  return plan_memory(config, checkpoint_weight_bytes(checkpoint, compute_dtype), device, compute_dtype, max_seq_len, batch);
+}
+
+MemoryPlan plan_memory(const ModelConfig& config, uint64_t weight_bytes, Device device, DType compute_dtype,
                        int64_t max_seq_len, int64_t batch) {
   EMBER_CHECK(is_floating_point(compute_dtype), "memory plan", "compute dtype: expected a floating dtype, got {}",
               name(compute_dtype));
   EMBER_CHECK(max_seq_len > 0 && batch > 0, "memory plan", "max_seq_len and batch: expected positive, got {} and {}",
               max_seq_len, batch);
-  const bool fp8 = is_fp8(compute_dtype);
-  const DType activation_dtype = fp8 ? kBFloat16 : compute_dtype;
-  const uint64_t act = itemsize(activation_dtype);
+  const uint64_t act = itemsize(is_fp8(compute_dtype) ? kBFloat16 : compute_dtype);
   MemoryPlan plan;
-
-  for (const std::string& tensor_name : checkpoint.names()) {
-    const SafetensorsInfo& info = checkpoint.info(tensor_name);
-    const uint64_t numel = numel_of(info.shape);
-    if (!is_floating_point(info.dtype)) {
-      plan.weight_bytes += info.end - info.begin;
-    } else if (is_scale(tensor_name)) {
-      if (fp8) plan.weight_bytes += numel * 4;  // kept with their fp8 weights, as fp32
-    } else if (fp8 && is_projection(tensor_name)) {
-      plan.weight_bytes += numel * itemsize(compute_dtype) + (is_fp8(info.dtype) ? 0 : block_scale_bytes(info.shape));
-    } else {
-      plan.weight_bytes += numel * act;
-    }
-  }
+  plan.weight_bytes = weight_bytes;
 
   const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
   plan.kv_cache_bytes = 2 * u(config.num_hidden_layers) * u(batch) * u(max_seq_len) * u(config.num_key_value_heads) *

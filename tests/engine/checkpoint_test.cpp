@@ -646,3 +646,16 @@ TEST(CheckpointFixtureTest, TransformersTinyQwen3MoeInBothLayouts) {
 }
 
 }  // namespace
+
+// The weight bytes counted from a config alone (for random-weight models) equal the bytes of
+// the float32 checkpoints transformers saved for the same configs (tied embeddings, attention
+// biases, a dense layer in the MoE model, Llama without QK-norm).
+TEST(MemoryPlanTest, ConfigWeightBytesEqualTransformersCheckpoints) {
+  for (const char* name : {"qwen3_moe", "qwen3", "llama"}) {
+    const std::string dir = test::fixture_path(std::string("models/") + name);
+    const Checkpoint checkpoint(dir);
+    uint64_t stored = 0;
+    for (const std::string& tensor : checkpoint.names()) stored += checkpoint.info(tensor).end - checkpoint.info(tensor).begin;
+    EXPECT_EQ(config_weight_bytes(load_model_config(dir), kFloat32), stored) << name;
+  }
+}

@@ -1,8 +1,8 @@
 // scaled_mm and FP8 quantization: CUDA vs the CPU reference. Shapes reach every CUDA path: the
-// fp8 GEMV (M <= 4, w.t() layout, K % 16 == 0), cuBLASLt (large M, sm_89+), and the generic path
-// (odd K, row-major b, fp8 output). Hopper's FP8 tensor cores accumulate with less than f32
-// precision (~1e-4 relative, seen on the H200), so the cuBLASLt cases allow 1e-3 (f32 out) or
-// bf16/f16 rounding at the operands' scale.
+// fp8 GEMV (M <= 16, w.t() layout, K % 16 == 0; tensor cores on sm_89+), cuBLASLt (large M,
+// sm_89+), and the generic path (odd K, row-major b, fp8 output). Hopper's FP8 tensor cores
+// accumulate with less than f32 precision inside one instruction (~1e-4 relative, seen on the
+// H200), so the tensor-core cases allow 1e-3 (f32 out) or bf16/f16 rounding at the operands' scale.
 #include "parity/harness.h"
 
 namespace ember::test {
@@ -24,7 +24,13 @@ std::vector<Tensor> scaled(Device d, int64_t m, int64_t k, int64_t n, bool rowwi
 
 EMBER_PARITY_CASE(scaled_mm_gemv_m1_tensorwise, { return scaled(d, 1, 4096, 1000, false, kBFloat16, false); });
 EMBER_PARITY_CASE(scaled_mm_gemv_m1_rowwise_bias, { return scaled(d, 1, 2048, 777, true, kBFloat16, true); });
-EMBER_PARITY_CASE(scaled_mm_gemv_m3_f32, { return scaled(d, 3, 512, 4097, true, kFloat32, false); });
+EMBER_PARITY_CASE_TOL(scaled_mm_gemv_m3_f32, 1e-3, 1e-3, { return scaled(d, 3, 512, 4097, true, kFloat32, false); });
+// Small batches through the tensor-core GEMV: one and two n-tiles of 8 rows, K not a multiple
+// of its 64-byte step, N not a multiple of its 16 rows, every output type.
+EMBER_PARITY_CASE_TOL(scaled_mm_gemv_m8_k_tail, 1e-3, 1e-3, { return scaled(d, 8, 4112, 300, true, kFloat32, false); });
+EMBER_PARITY_CASE(scaled_mm_gemv_m9_bf16_bias, { return scaled(d, 9, 1040, 17, true, kBFloat16, true); });
+EMBER_PARITY_CASE(scaled_mm_gemv_m16_f16, { return scaled(d, 16, 2048, 1001, false, kFloat16, false); });
+EMBER_PARITY_CASE_TOL(scaled_mm_gemv_m1_k16_n1, 1e-3, 1e-3, { return scaled(d, 1, 16, 1, false, kFloat32, false); });
 EMBER_PARITY_CASE(scaled_mm_gemv_m4_f16_bias, { return scaled(d, 4, 1024, 300, false, kFloat16, true); });
 EMBER_PARITY_CASE_TOL(scaled_mm_large_tensorwise, 1e-2, 2e-2, { return scaled(d, 256, 512, 384, false, kBFloat16, false); });
 EMBER_PARITY_CASE_TOL(scaled_mm_large_rowwise_bias, 1e-2, 2e-2, { return scaled(d, 300, 256, 512, true, kBFloat16, true); });
