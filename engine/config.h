@@ -39,7 +39,7 @@ struct ModelConfig {
   int64_t num_experts = 0;
   int64_t num_experts_per_tok = 0;
   int64_t moe_intermediate_size = 0;
-  bool norm_topk_prob = true;
+  bool norm_topk_prob = true;  // read as false when config.json omits it (Qwen3MoeConfig's default)
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
 

@@ -2,7 +2,7 @@
 # One call on the GPU machine: build with CUDA (sm_90a there; CI compiles sm_80 too), run every
 # test, run the CUDA tests under compute-sanitizer (memcheck, racecheck), run the decode
 # benchmarks next to PyTorch. Logs go to $OUT (or ./out). Steps: all (default) or a list of
-# build tests sanitize bench (or one of bench-decode bench-core bench-linalg bench-moe).
+# build tests sanitize bench (or one of bench-decode bench-core bench-linalg bench-moe), profile-moe.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out}; mkdir -p "$out"
@@ -11,10 +11,33 @@ export PYTHONUNBUFFERED=1
 has() { [[ " $steps " == *" $1 "* ]]; }
 stamp() { echo "== $(date +%T) $*"; }
 
+# train: the bundled model (models/kjv-moe) trains in the background while the build runs (GPU
+# vs CPU work); the corpus is carried in build-kjv/kjv.txt (scripts/train_bundled_model.py
+# --prepare-corpus makes it). The result comes back as one archive, kjv-moe.tar.
+if has train; then
+  stamp "train (background)"
+  PYTHONUNBUFFERED=1 python3 scripts/train_bundled_model.py --corpus build-kjv/kjv.txt --out /tmp/kjv-moe \
+    --minutes "${TRAIN_MINUTES:-3.5}" > "$out/train.log" 2>&1 &
+  train_pid=$!
+fi
+wait_training() {
+  if [ -n "${train_pid:-}" ]; then
+    wait "$train_pid"; echo "training rc=$?"; train_pid=""
+    tail -15 "$out/train.log"
+    [ -d /tmp/kjv-moe ] && tar -C /tmp -cf "$out/kjv-moe.tar" kjv-moe
+  fi
+}
 if has build; then
   stamp build
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-  cmake -S . -B build-gpu -G Ninja -DEMBER_CUDA=ON -DEMBER_CUDA_ARCHITECTURES=90a -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
+  # The GPU image lacks the PCRE2 and utf8proc headers: unpack the Debian packages carried in
+  # .debs/ (apt-get download libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2) into a prefix.
+  prefix=()
+  if [ ! -f /usr/include/pcre2.h ] || [ ! -f /usr/include/utf8proc.h ]; then
+    for deb in .debs/*.deb; do dpkg -x "$deb" /tmp/ember-deps; done
+    prefix=(-DCMAKE_PREFIX_PATH=/tmp/ember-deps/usr)
+  fi
+  cmake -S . -B build-gpu -G Ninja "${prefix[@]}" -DEMBER_CUDA=ON -DEMBER_CUDA_ARCHITECTURES=90a -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
     > "$out/build.log" 2>&1 && cmake --build build-gpu -j 16 >> "$out/build.log" 2>&1
   rc=$?; tail -5 "$out/build.log"; [ $rc -eq 0 ] || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
 fi
@@ -27,7 +50,7 @@ fi
 if has sanitize || has memcheck || has racecheck; then
   stamp sanitize
   # The parity cases and the CUDA runtime tests; the out-of-memory test provokes an API error on purpose.
-  filter='*Parity*:CudaRuntime.*-CudaRuntime.OutOfMemory*'
+  filter=${SANITIZE_FILTER:-'*Parity*:CudaRuntime.*-CudaRuntime.OutOfMemory*'}
   tools=""; { has sanitize || has memcheck; } && tools="memcheck"; { has sanitize || has racecheck; } && tools="$tools racecheck"
   for tool in $tools; do
     timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 ./build-gpu/tests/ember_tests --gtest_brief=1 --gtest_filter="$filter" \
@@ -36,6 +59,7 @@ if has sanitize || has memcheck || has racecheck; then
     { echo "==== $tool"; cat "$out/sanitize-$tool.tmp"; } >> "$out/sanitize.log"; rm -f "$out/sanitize-$tool.tmp"
   done
 fi
+wait_training  # benchmarks need the GPU to themselves
 # Benchmarks: each writes JSON lines for ember and for PyTorch (same cases, same method, same
 # run); compare.py joins them into one table of ratios.
 bench_pair() {  # name, ember command, torch command
@@ -43,17 +67,26 @@ bench_pair() {  # name, ember command, torch command
   eval "$2" >> "$out/bench.jsonl" 2>> "$out/bench.err"
   eval "$3" >> "$out/bench.jsonl" 2>> "$out/bench.err"
 }
-if has bench || has bench-decode; then
-  bench_pair decode "python3 bench/shapes.py | ./build-gpu/bench/decode_bench" "(cd bench && python3 torch_decode.py)"
+if has bench || has bench-decode; then  # DECODE_OPS: a subset of "gemv softmax scaled_mm"
+  ops=${DECODE_OPS:-gemv softmax scaled_mm}
+  bench_pair decode "python3 bench/shapes.py | grep -E '^(${ops// /|}) ' | ./build-gpu/bench/decode_bench" "(cd bench && python3 torch_decode.py $ops)"
 fi
 if has bench || has bench-linalg; then
   bench_pair linalg ./build-gpu/bench/linalg_bench "(cd bench && python3 torch_linalg.py)"
 fi
-if has bench || has bench-moe; then
-  bench_pair moe ./build-gpu/bench/moe_bench "(cd bench && python3 torch_moe.py)"
+if has bench || has bench-moe; then  # MOE_TOKENS: a subset of "1 2 4 8 16 64 512"
+  tokens=${MOE_TOKENS:-1 2 4 8 16 64 512}
+  bench_pair moe "for t in $tokens; do ./build-gpu/bench/moe_bench \$t; done" "(cd bench && python3 torch_moe.py $tokens)"
 fi
 if has bench || has bench-core; then
   bench_pair core ./build-gpu/bench/core_bench "python3 bench/torch_core.py"
+fi
+if has profile-moe; then
+  # Per-kernel durations of the decode MoE layer (Qwen3-30B-A3B shapes, T=1) at normal clocks.
+  stamp "profile moe"
+  ncu --clock-control none --kernel-name regex:"decode|route|permute|gemv|rows_kernel" --launch-skip 40 --launch-count 24 \
+    ./build-gpu/bench/moe_bench 1 2>&1 | grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput" | head -120 > "$out/profile.txt"
+  head -60 "$out/profile.txt"
 fi
 if [ -s "$out/bench.jsonl" ]; then
   python3 bench/compare.py "$out/bench.jsonl" > "$out/perf.txt"

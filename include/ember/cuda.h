@@ -84,6 +84,7 @@ void set_device(int device);
 struct MemoryStats {
   size_t allocated = 0, peak_allocated = 0, reserved = 0, peak_reserved = 0;
   size_t outside_allocator = 0;  // device memory in use outside the allocator since start
+  size_t device_free = 0, device_total = 0;  // the driver's cudaMemGetInfo at the time of the call
 };
 MemoryStats memory_stats(int device = -1);
 void reset_peak_memory_stats(int device = -1);

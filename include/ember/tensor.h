@@ -42,6 +42,9 @@ class Tensor {
   Tensor to(Device, DType) const;
   Tensor contiguous() const;          // itself if already contiguous
   Tensor clone() const;               // always a contiguous copy
+  /// torch.Tensor.copy_: writes src (broadcast to this shape, cast to this dtype, from any
+  /// device) into this tensor's elements, e.g. into a narrow/select view of a larger tensor.
+  Tensor& copy_(const Tensor& src);
 
   Tensor view(std::vector<int64_t> shape) const;     // one -1 allowed; needs compatible strides
   Tensor reshape(std::vector<int64_t> shape) const;  // a view when possible, else a copy

@@ -67,6 +67,21 @@ Tensor Tensor::to(Device target, DType dtype) const {
   return itemsize() <= ember::itemsize(dtype) ? to(target).to(dtype) : to(dtype).to(target);
 }
 
+Tensor& Tensor::copy_(const Tensor& src) {
+  Tensor source = src.expand(sizes_);
+  if (source.device() != device()) {
+    // Cast on the source side, then one transfer straight into this tensor when it is contiguous.
+    source = source.to(dtype_).contiguous();
+    if (is_contiguous()) {
+      ops::copy_bytes(raw_data(), device(), source.raw_data(), source.device(), nbytes());
+      return *this;
+    }
+    source = source.to(device());
+  }
+  ops::copy_into(source, *this);
+  return *this;
+}
+
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
 Tensor Tensor::clone() const {

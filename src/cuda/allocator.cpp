@@ -399,6 +399,8 @@ MemoryStats memory_stats(int device) {
   stats.reserved = s.reserved;
   stats.peak_reserved = s.peak_reserved;
   stats.outside_allocator = used > s.reserved + s.baseline ? used - s.reserved - s.baseline : 0;
+  stats.device_free = free_bytes;
+  stats.device_total = total_bytes;
   return stats;
 }
 

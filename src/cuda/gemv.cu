@@ -22,14 +22,17 @@
 //      memset launch), unrolled split reduction (columns 0.64-0.96x torch). Geomean 1.04x. (this)
 //   v3 (rejected) columns: <= K/64 splits and the last block's 256 threads sharing the partial
 //      sums: 0.30-0.64x, fewer blocks in flight cost more than the shorter reduction saved.
-//   Next: the columns layout needs a different split-K (e.g. thread-block clusters reducing
-//   through distributed shared memory, no second pass through L2).
+//   v4 columns: each block adds its partial sums straight into a per-stream f32 accumulator
+//      (fire-and-forget atomics) and the last block of a tile (ticket) reads ONE value per column,
+//      writes y and zeroes the accumulator for the next launch; v2's last block read every
+//      split's partial (up to 128 dependent L2 round trips per column). rows: 1..8 input rows
+//      per launch (small-batch decode) reuse each weight load for every row. (this)
+//      Float atomics make the columns kernel's rounding order vary run to run (~1 ulp of f32
+//      before the final bf16/f16 rounding).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 
 #include "cuda/gemv.h"
 #include "cuda/native_float.cuh"
@@ -51,66 +54,91 @@ template <class T> __device__ __forceinline__ float dot16(const Vec<T>& a, const
 }
 
 // rows: GROUP threads per output row; kThreads / GROUP rows per block. VEC: 16-byte loads
-// (needs K % kVec == 0 and 16-byte aligned rows); otherwise one element per load.
-template <class T, int GROUP, bool VEC>
+// (needs K % kVec == 0 and 16-byte aligned rows); otherwise one element per load. MROWS input
+// rows x[m] (row stride ldx) give MROWS outputs y[m * ldy + row]: each weight load serves all.
+template <class T, int GROUP, bool VEC, int MROWS>
 __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ w, int64_t ldw, const T* __restrict__ x,
-                                                        const T* __restrict__ bias, T* __restrict__ y, int64_t n_rows,
-                                                        int64_t k) {
+                                                        int64_t ldx, const T* __restrict__ bias, T* __restrict__ y,
+                                                        int64_t ldy, int64_t n_rows, int64_t k) {
   constexpr int kRowsPerBlock = kThreads / GROUP;
+  constexpr int kLoads = MROWS == 1 ? 4 : 2;  // weight loads in flight (x rows come from L1/L2)
   const int lane = threadIdx.x % GROUP;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / GROUP;
-  float acc = 0.f;
+  float acc[MROWS];
+#pragma unroll
+  for (int m = 0; m < MROWS; ++m) acc[m] = 0.f;
   if (row < n_rows) {
     const T* wr = w + row * ldw;
     if constexpr (VEC) {
       const int64_t n_vec = k / kVec<T>;
       const auto* wv = reinterpret_cast<const Vec<T>*>(wr);
-      const auto* xv = reinterpret_cast<const Vec<T>*>(x);
-      // Four independent 16-byte loads in flight per thread before the first use; the tail is
-      // predicated rather than a scalar loop, so short rows keep four loads in flight too.
-      for (int64_t i0 = lane; i0 < n_vec; i0 += 4 * GROUP) {
-        Vec<T> wq[4], xq[4];
+      // kLoads independent 16-byte weight loads in flight per thread before the first use; the
+      // tail is predicated rather than a scalar loop, so short rows keep them in flight too.
+      for (int64_t i0 = lane; i0 < n_vec; i0 += kLoads * GROUP) {
+        Vec<T> wq[kLoads];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
+        for (int u = 0; u < kLoads; ++u) {
           const int64_t i = i0 + u * GROUP;
-          if (i < n_vec) { wq[u] = wv[i]; xq[u] = xv[i]; }
-          else { wq[u] = Vec<T>{}; xq[u] = Vec<T>{}; }
+          wq[u] = i < n_vec ? wv[i] : Vec<T>{};
         }
 #pragma unroll
-        for (int u = 0; u < 4; ++u) acc = dot16(wq[u], xq[u], acc);
+        for (int m = 0; m < MROWS; ++m) {
+          const auto* xv = reinterpret_cast<const Vec<T>*>(x + m * ldx);
+#pragma unroll
+          for (int u = 0; u < kLoads; ++u) {
+            const int64_t i = i0 + u * GROUP;
+            acc[m] = dot16(wq[u], i < n_vec ? xv[i] : Vec<T>{}, acc[m]);
+          }
+        }
       }
     } else {
-      for (int64_t i = lane; i < k; i += GROUP) acc = fmaf(to_float(wr[i]), to_float(x[i]), acc);
+      for (int64_t i = lane; i < k; i += GROUP) {
+        const float wi = to_float(wr[i]);
+#pragma unroll
+        for (int m = 0; m < MROWS; ++m) acc[m] = fmaf(wi, to_float(x[m * ldx + i]), acc[m]);
+      }
     }
   }
   // Reduce within the group: shuffles inside each warp, then shared memory across warps.
 #pragma unroll
-  for (int off = (GROUP < 32 ? GROUP : 32) / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  for (int m = 0; m < MROWS; ++m) {
+#pragma unroll
+    for (int off = (GROUP < 32 ? GROUP : 32) / 2; off > 0; off /= 2) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], off);
+  }
   if constexpr (GROUP > 32) {
-    __shared__ float partial[kThreads / 32];
+    __shared__ float partial[MROWS][kThreads / 32];
     const int warp = threadIdx.x / 32;
-    if (threadIdx.x % 32 == 0) partial[warp] = acc;
+    if (threadIdx.x % 32 == 0) {
+#pragma unroll
+      for (int m = 0; m < MROWS; ++m) partial[m][warp] = acc[m];
+    }
     __syncthreads();
     if (lane == 0) {
-      acc = 0.f;
 #pragma unroll
-      for (int j = 0; j < GROUP / 32; ++j) acc += partial[warp + j];
+      for (int m = 0; m < MROWS; ++m) {
+        acc[m] = 0.f;
+#pragma unroll
+        for (int j = 0; j < GROUP / 32; ++j) acc[m] += partial[m][warp + j];
+      }
     }
   }
   if (lane == 0 && row < n_rows) {
-    if (bias) acc += to_float(bias[row]);
-    y[row] = from_float<T>(acc);
+    const float b = bias ? to_float(bias[row]) : 0.f;
+#pragma unroll
+    for (int m = 0; m < MROWS; ++m) y[m * ldy + row] = from_float<T>(acc[m] + b);
   }
 }
 
 constexpr int kSlices = 8;  // K slices per block in the columns kernel
 
 // columns: each thread owns VW consecutive outputs (VW = kVec or 1), 32 threads across a tile,
-// kSlices slices of K down the block; gridDim.y splits K further.
+// kSlices slices of K down the block; gridDim.y splits K further. With splits, every block adds
+// its sums into `accum` (f32, zero before the launch) and the last block of the tile (by ticket)
+// writes y and zeroes `accum` and its ticket again for the next launch on the stream.
 template <class T, bool VEC>
 __global__ void __launch_bounds__(kThreads) columns_kernel(const T* __restrict__ b, int64_t ldb, const T* __restrict__ x,
                                                            const T* __restrict__ bias, T* __restrict__ y, int64_t n,
-                                                           int64_t k, int64_t k_per_split, float* __restrict__ partial,
+                                                           int64_t k, int64_t k_per_split, float* __restrict__ accum,
                                                            unsigned* __restrict__ tickets) {
   constexpr int VW = VEC ? kVec<T> : 1;
   constexpr int kTile = 32 * VW;
@@ -160,14 +188,13 @@ __global__ void __launch_bounds__(kThreads) columns_kernel(const T* __restrict__
     const int64_t col = static_cast<int64_t>(blockIdx.x) * kTile + t;
     if (col >= n) continue;
     if (split) {
-      partial[blockIdx.y * n + col] = s;
+      atomicAdd(&accum[col], s);
     } else {
       if (bias) s += to_float(bias[col]);
       y[col] = from_float<T>(s);
     }
   }
   if (!split) return;
-  // Last block of this column tile (by ticket) adds the gridDim.y partial sums.
   __shared__ bool last;
   __threadfence();
   __syncthreads();
@@ -178,80 +205,91 @@ __global__ void __launch_bounds__(kThreads) columns_kernel(const T* __restrict__
   for (int t = threadIdx.x; t < kTile; t += kThreads) {
     const int64_t col = static_cast<int64_t>(blockIdx.x) * kTile + t;
     if (col >= n) continue;
-    float s = 0.f;
-#pragma unroll 8
-    for (unsigned sp = 0; sp < gridDim.y; ++sp) s += __ldcg(&partial[sp * n + col]);
+    float s = __ldcg(&accum[col]);
+    accum[col] = 0.f;
     if (bias) s += to_float(bias[col]);
     y[col] = from_float<T>(s);
   }
-  if (threadIdx.x == 0) tickets[blockIdx.x] = 0;  // ready for the next launch
+  if (threadIdx.x == 0) tickets[blockIdx.x] = 0;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+/// One GEMV problem: y[m * ldy + r] = sum_k x[m * ldx + k] * W(r, k) (+ bias[r]) for m < m_rows.
+template <class T> struct GemvArgs {
+  const T* w;
+  int64_t ldw;  // W(r, k) = w[r * ldw + k] (rows) or w[k * ldw + r] (columns)
+  const T* x;
+  int64_t ldx;
+  const T* bias;
+  T* y;
+  int64_t ldy, n, k, m_rows;
+};
 
-template <class T, int GROUP>
-void launch_rows_group(const T* w, int64_t ldw, const T* x, const T* bias, T* y, int64_t n_rows, int64_t k, bool vec,
-                       cudaStream_t stream) {
-  const auto blocks = static_cast<unsigned>((n_rows + kThreads / GROUP - 1) / (kThreads / GROUP));
-  if (vec) rows_kernel<T, GROUP, true><<<blocks, kThreads, 0, stream>>>(w, ldw, x, bias, y, n_rows, k);
-  else rows_kernel<T, GROUP, false><<<blocks, kThreads, 0, stream>>>(w, ldw, x, bias, y, n_rows, k);
+template <class T, int GROUP, int MROWS>
+void launch_rows_group(const GemvArgs<T>& g, bool vec, cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned>((g.n + kThreads / GROUP - 1) / (kThreads / GROUP));
+  if (vec) rows_kernel<T, GROUP, true, MROWS><<<blocks, kThreads, 0, stream>>>(g.w, g.ldw, g.x, g.ldx, g.bias, g.y, g.ldy, g.n, g.k);
+  else rows_kernel<T, GROUP, false, MROWS><<<blocks, kThreads, 0, stream>>>(g.w, g.ldw, g.x, g.ldx, g.bias, g.y, g.ldy, g.n, g.k);
 }
 
-template <class T>
-void launch_rows(const T* w, int64_t ldw, const T* x, const T* bias, T* y, int64_t n_rows, int64_t k, int device,
-                 cudaStream_t stream) {
-  const bool vec = k % kVec<T> == 0 && ldw % kVec<T> == 0 && aligned16(w) && aligned16(x);
+template <class T, int MROWS> void launch_rows_m(const GemvArgs<T>& g, int device, cudaStream_t stream) {
+  const bool vec = g.k % kVec<T> == 0 && g.ldw % kVec<T> == 0 && (MROWS == 1 || g.ldx % kVec<T> == 0) && aligned16(g.w) &&
+                   aligned16(g.x);
   // The narrowest group that still puts ~8 warps on every SM (enough 16-byte loads in flight to
   // cover HBM latency), but no wider than leaves each thread 4 loads per row.
   const int64_t want_warps = 8 * device_properties(device).multiProcessorCount;
-  const int64_t per_row = vec ? k / kVec<T> : k;
+  const int64_t per_row = vec ? g.k / kVec<T> : g.k;
   int group = 32;
-  while (group < 256 && n_rows * group / 32 < want_warps && per_row / (2 * group) >= 4) group *= 2;
+  while (group < 256 && g.n * group / 32 < want_warps && per_row / (2 * group) >= 4) group *= 2;
   switch (group) {
-    case 32: return launch_rows_group<T, 32>(w, ldw, x, bias, y, n_rows, k, vec, stream);
-    case 64: return launch_rows_group<T, 64>(w, ldw, x, bias, y, n_rows, k, vec, stream);
-    case 128: return launch_rows_group<T, 128>(w, ldw, x, bias, y, n_rows, k, vec, stream);
-    default: return launch_rows_group<T, 256>(w, ldw, x, bias, y, n_rows, k, vec, stream);
+    case 32: return launch_rows_group<T, 32, MROWS>(g, vec, stream);
+    case 64: return launch_rows_group<T, 64, MROWS>(g, vec, stream);
+    case 128: return launch_rows_group<T, 128, MROWS>(g, vec, stream);
+    default: return launch_rows_group<T, 256, MROWS>(g, vec, stream);
   }
 }
 
-// Per (device, stream) ticket counters for the columns kernel's split-K: zeroed once, and every
-// launch leaves them zero again (the last block of each tile resets its ticket), so no memset
-// launch per call. Separate per stream so concurrent GEMVs never share a ticket.
-unsigned* tickets_for(int device, cudaStream_t stream, int64_t count) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, cudaStream_t>, Tensor> buffers;
-  std::lock_guard lock(mutex);
-  Tensor& t = buffers[{device, stream}];
-  if (!t.defined() || t.numel() < count) {
-    t = empty({std::max<int64_t>(count, 1024)}, kInt32, Device::cuda(device));
-    EMBER_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, t.nbytes(), stream));
+template <class T> void launch_rows(const GemvArgs<T>& g, int device, cudaStream_t stream) {
+  switch (g.m_rows) {
+    case 1: return launch_rows_m<T, 1>(g, device, stream);
+    case 2: return launch_rows_m<T, 2>(g, device, stream);
+    case 3: return launch_rows_m<T, 3>(g, device, stream);
+    case 4: return launch_rows_m<T, 4>(g, device, stream);
+    case 5: return launch_rows_m<T, 5>(g, device, stream);
+    case 6: return launch_rows_m<T, 6>(g, device, stream);
+    case 7: return launch_rows_m<T, 7>(g, device, stream);
+    default: return launch_rows_m<T, 8>(g, device, stream);
   }
-  return reinterpret_cast<unsigned*>(t.data_ptr<int32_t>());
 }
 
-template <class T>
-void launch_columns(const T* b, int64_t ldb, const T* x, const T* bias, T* y, int64_t n, int64_t k, int device,
-                    cudaStream_t stream) {
-  const bool vec = n % kVec<T> == 0 && ldb % kVec<T> == 0 && aligned16(b) && aligned16(y);
+// The columns kernel's split-K state in the stream's zeroed scratch: one ticket per column tile,
+// then one f32 accumulator per output (the kernel leaves both zero).
+struct SplitState {
+  unsigned* tickets;
+  float* accum;
+};
+SplitState split_state_for(int device, cudaStream_t stream, int64_t tiles, int64_t n) {
+  auto* base = static_cast<unsigned*>(zeroed_stream_scratch(device, stream, ScratchPurpose::GemvSplitK, (tiles + n) * 4));
+  return {base, reinterpret_cast<float*>(base + tiles)};
+}
+
+template <class T> void launch_columns(const GemvArgs<T>& g, int device, cudaStream_t stream) {
+  const bool vec = g.n % kVec<T> == 0 && g.ldw % kVec<T> == 0 && aligned16(g.w) && aligned16(g.y);
   const int64_t tile = vec ? 32 * kVec<T> : 32;
-  const int64_t tiles = (n + tile - 1) / tile;
-  // Split K over blocks until ~4 blocks per SM, each thread keeping >= 2 rows of K (so the
-  // last-block reduction over the splits stays short).
+  const int64_t tiles = (g.n + tile - 1) / tile;
+  // Split K over blocks until ~4 blocks per SM, each thread keeping >= 2 rows of K.
   const int64_t target = 4 * device_properties(device).multiProcessorCount;
   int64_t splits = std::max<int64_t>(1, (target + tiles - 1) / tiles);
-  splits = std::min<int64_t>(splits, std::max<int64_t>(1, k / (2 * kSlices)));
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, g.k / (2 * kSlices)));
   splits = std::min<int64_t>(splits, 65535);
-  const int64_t k_per_split = (k + splits - 1) / splits;
-  splits = (k + k_per_split - 1) / k_per_split;
-  Tensor partial;
-  if (splits > 1) partial = empty({splits * n}, kFloat32, Device::cuda(device));
-  auto* p = splits > 1 ? partial.data_ptr<float>() : nullptr;
-  auto* t = splits > 1 ? tickets_for(device, stream, tiles) : nullptr;
+  const int64_t k_per_split = (g.k + splits - 1) / splits;
+  splits = (g.k + k_per_split - 1) / k_per_split;
+  SplitState state{nullptr, nullptr};
+  if (splits > 1) state = split_state_for(device, stream, tiles, g.n);
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
-  if (vec) columns_kernel<T, true><<<grid, kThreads, 0, stream>>>(b, ldb, x, bias, y, n, k, k_per_split, p, t);
-  else columns_kernel<T, false><<<grid, kThreads, 0, stream>>>(b, ldb, x, bias, y, n, k, k_per_split, p, t);
+  if (vec) columns_kernel<T, true><<<grid, kThreads, 0, stream>>>(g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k, k_per_split, state.accum, state.tickets);
+  else columns_kernel<T, false><<<grid, kThreads, 0, stream>>>(g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k, k_per_split, state.accum, state.tickets);
 }
 
 // The element type the kernels use for each ember dtype.
@@ -268,12 +306,22 @@ bool gemv_applies(const Tensor& a, const Tensor& b, const Tensor& out) {
   if (d != kFloat32 && d != kFloat16 && d != kBFloat16) return false;
   if (a.dtype() != d || b.dtype() != d || a.size(0) != 1) return false;
   const int64_t m = a.size(1), k = a.size(2), n = b.size(2);
-  if (k == 0 || (m != 1 && n != 1)) return false;
+  if (k == 0) return false;
   if (m == 1) {  // x @ B: x = a row, out a row
     return (a.stride(2) == 1 || k == 1) && (out.stride(2) == 1 || n == 1) && (b.stride(1) == 1 || b.stride(2) == 1);
   }
-  // A @ y: y = b column, out a column
-  return (b.stride(1) == 1 || k == 1) && (out.stride(1) == 1) && (a.stride(2) == 1 || a.stride(1) == 1);
+  if (n == 1) {  // A @ y: y = b column, out a column
+    return (b.stride(1) == 1 || k == 1) && (out.stride(1) == 1) && (a.stride(2) == 1 || a.stride(1) == 1);
+  }
+  // 2..8 rows of x against a weight unit-stride along K (x @ W^T with W [N, K]).
+  return m <= kGemvMaxRows && a.stride(2) == 1 && b.stride(1) == 1 && out.stride(2) == 1;
+}
+
+bool gemv_bias_applies(const Tensor& bias, const Tensor& out) {
+  if (bias.dtype() != out.dtype() || bias.size(0) != 1) return false;
+  // The bias varies along the output dim only: [1, 1, N] for rows of outputs, [1, M, 1] for a column.
+  if (out.size(1) == 1 || out.size(2) != 1) return (bias.stride(1) == 0 || bias.size(1) == 1) && (bias.stride(2) == 1 || bias.size(2) == 1);
+  return bias.stride(1) == 1;
 }
 
 void gemv(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& out) {
@@ -286,16 +334,24 @@ void gemv(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& ou
     T* y = static_cast<T*>(out.raw_data());
     const T* a_ptr = static_cast<const T*>(a.raw_data());
     const T* b_ptr = static_cast<const T*>(b.raw_data());
-    if (m == 1) {  // y[n] = sum_k x[k] B[k, n]
-      if (b.stride(1) == 1 && (n == 1 || b.stride(2) != 1 || k == 1))
-        launch_rows<T>(b_ptr, b.stride(2), a_ptr, bias_ptr, y, n, k, device, stream);
-      else
-        launch_columns<T>(b_ptr, b.stride(1), a_ptr, bias_ptr, y, n, k, device, stream);
+    if (m == 1 || n != 1) {  // y[i, n] = sum_k x[i, k] B[k, n] for the m rows i of a
+      GemvArgs<T> g{b_ptr, 0, a_ptr, a.stride(1), bias_ptr, y, out.stride(1), n, k, m};
+      if (b.stride(1) == 1 && (n == 1 || b.stride(2) != 1 || k == 1)) {
+        g.ldw = b.stride(2);
+        launch_rows<T>(g, device, stream);
+      } else {
+        g.ldw = b.stride(1);
+        launch_columns<T>(g, device, stream);
+      }
     } else {  // y[m] = sum_k A[m, k] v[k]
-      if (a.stride(2) == 1)
-        launch_rows<T>(a_ptr, a.stride(1), b_ptr, bias_ptr, y, m, k, device, stream);
-      else
-        launch_columns<T>(a_ptr, a.stride(2), b_ptr, bias_ptr, y, m, k, device, stream);
+      GemvArgs<T> g{a_ptr, 0, b_ptr, 0, bias_ptr, y, 0, m, k, 1};
+      if (a.stride(2) == 1) {
+        g.ldw = a.stride(1);
+        launch_rows<T>(g, device, stream);
+      } else {
+        g.ldw = a.stride(2);
+        launch_columns<T>(g, device, stream);
+      }
     }
   });
   EMBER_CUDA_CHECK_LAUNCH();

@@ -2,16 +2,40 @@
 //   prep_kernel   one block: sanitises the cumulative end offsets (running max, clamped to the
 //                 jagged extent), lists the non-empty groups, and maps each row tile of the
 //                 launch (ceil(rows/BM) + G tiles: at most one partial tile per group) to its
-//                 (group, first row), or -1 for a tile left over.
-//   decode_kernel few rows per group (MoE decode: T*top_k rows over many experts): block y
-//                 takes the y-th non-empty group, one warp per output column streams that weight
-//                 row once with 16-byte loads (8 elements; FP8 through the hardware fp8x2
-//                 converter) and dots it with up to 4 of the group's rows at a time.
-//   tiled_kernel  prefill: 64x64 output tiles, K in steps of 32 through shared memory, bf16/f16
-//                 on tensor cores (wmma, f32 accumulation), f32 with FMA; FP8 weights are decoded
-//                 (x block scale) while staged, per-row/per-channel scales applied in the epilogue.
+//                 (group, first row), or -1 for a tile left over. BM is the launch's tile height.
+//   decode_kernel few rows per group (MoE decode: T*top_k rows over many experts; at most one
+//                 per group on average, or 8 of one group, where mma_tile_kernel applies, else
+//                 8 per group): block y takes the y-th non-empty group, one warp per output
+//                 column streams that weight row once with 16-byte loads (8 elements; FP8 through
+//                 the hardware fp8x2 converter) and dots it with up to 4 of the group's rows at a time.
+//   mma_tile_kernel  prefill, bf16/f16 activations unit-stride along K with weights of the same
+//                 type or FP8, also unit-stride along K (the [G, N, K] checkpoint layout seen as
+//                 its [G, K, N] transpose). A BM x 128 output tile per block of 8 warps
+//                 (BM 16/32/64/128, picked on the host from rows per group and the SM count),
+//                 K in steps of 64: both operands stream global -> shared with 16-byte cp.async
+//                 through a 3-4 stage pipeline (rows past the group's end, columns past N and K
+//                 past its end are zero-filled, never read), XOR-swizzled shared tiles read by
+//                 ldmatrix without bank conflicts, mma.sync m16n8k16 with f32 accumulation. FP8
+//                 weights stream raw (cp.async too) and each stage is decoded exactly to the
+//                 activations' type in shared memory; a 128x128 block scale is one number per
+//                 (tile, K step) and multiplies that step's f32 partial sums, so the decoded
+//                 weights are never rounded. The epilogue applies per-row / per-channel scales
+//                 and writes f32/f16/bf16 with the output strides (pairs where contiguous).
+//   tiled_kernel  the fallback for everything else (f32, FP8 activations, layouts that are not
+//                 unit-stride along K or not 16-byte aligned, EMBER_DISABLE_FAST_PATHS=1):
+//                 64x64 output tiles, K in steps of 32 through shared memory, bf16/f16 on tensor
+//                 cores (wmma, f32 accumulation), f32 with FMA; FP8 weights are staged as
+//                 decoded codes (128x128 block scales: applied in f32 to each K step's partial
+//                 product on tensor cores, to the staged f32 value with FMA), per-tensor and
+//                 per-channel scales in the epilogue.
 //   batch_kernel  2D x 2D (K jagged) and 3D x 3D: one grid layer per group, same tiles.
 // 3D x 2D runs as the rows form of the transposed problem (out^T = B^T @ A[g]^T).
+//
+// Versions of the prefill tile kernel (H200, Qwen3.5-35B-A3B gate_up: E=256, K=2048,
+// N=1024, T*top_k = 4096 rows at T=512; torch._grouped_mm 340 us):
+//   v1  tiled_kernel: scalar loads staged through shared memory, no pipelining, wmma:
+//       3271 us (3-10x slower than torch for T >= 16)
+//   v2  mma_tile_kernel (cp.async pipeline, ldmatrix, mma.sync): to be measured
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -28,15 +52,6 @@
 namespace ember::cuda {
 namespace gmm {
 namespace {
-
-__device__ __forceinline__ float block_scale(const WeightScale& s, int64_t g, int64_t n, int64_t k) {
-  return s.kind == WeightScale::Block128 ? s.ptr[g * s.s0 + (n / 128) * s.s1 + (k / 128) * s.s2] : 1.f;
-}
-__device__ __forceinline__ float column_scale(const WeightScale& s, int64_t g, int64_t n) {
-  if (s.kind == WeightScale::Tensorwise) return s.ptr[g * s.s0];
-  if (s.kind == WeightScale::Rowwise) return s.ptr[g * s.s0 + n * s.s1];
-  return 1.f;
-}
 
 // ---- prep ------------------------------------------------------------------------------------------
 constexpr int kPrepThreads = 1024;  // one thread per group: G <= 1024
@@ -171,14 +186,24 @@ template <class ST> struct TileSmem {
   __align__(32) float c[kBM][kLdC];
 };
 
+// Each K step and each column tile lies inside one 128x128 scale block (K steps start at 0
+// whenever B has block scales), so one scale serves a whole step of a tile.
+static_assert(kScaleBlock % kBK == 0 && kScaleBlock % kBN == 0, "a tile step must not straddle a scale block");
+
 // C tile (smem, f32) = A[0:rows, k0:k1] @ B[k0:k1, 0:cols] with A element (i, k) at
 // a[i*a_rs + k*a_ks] and B element (k, j) at b[k*b_ks + j*b_ns]; rows/cols beyond the valid
-// ranges read as zero. FP8 B is decoded with its block scale (group g, first column n0).
+// ranges read as zero. FP8 B with 128x128 block scales (group g, first column n0, k0 = 0): on
+// tensor cores the codes are staged bare (exact in bf16/f16) and each K step's partial product
+// is scaled in f32 as it is added to the accumulator, the precision of the decode kernel and the
+// CPU; scaling while staging would round code x scale to the 16-bit staging type (2^-9 relative
+// error per weight, beyond bf16 output tolerances for outputs near zero). f32 staging keeps
+// code x scale (rounded to f32 only).
 template <class AT, class BT, class ST>
 __device__ void tile_product(TileSmem<ST>& sm, const AT* a, int64_t a_rs, int64_t a_ks, int64_t rows, const BT* b, int64_t b_ks,
                              int64_t b_ns, int64_t cols, int64_t k0, int64_t k1, const WeightScale& sb, int64_t g, int64_t n0) {
   const int t = threadIdx.x;
   constexpr bool kTensorCores = !std::is_same_v<ST, float>;
+  constexpr bool kScaleAfterMma = kTensorCores && std::is_same_v<BT, E4m3>;
   using namespace nvcuda;
   const int warp = t / 32, wm = warp / 2, wn = warp % 2;
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
@@ -200,11 +225,38 @@ __device__ void tile_product(TileSmem<ST>& sm, const AT* a, int64_t a_rs, int64_
     for (int idx = t; idx < kBK * kBN; idx += kTileThreads) {
       const int kk = b_k_fast ? idx % kBK : idx / kBN, j = b_k_fast ? idx / kBK : idx % kBN;
       float v = 0.f;
-      if (j < cols && k + kk < k1) v = to_f(b[(k + kk) * b_ks + j * b_ns]) * block_scale(sb, g, n0 + j, k + kk);
+      if (j < cols && k + kk < k1) {
+        v = to_f(b[(k + kk) * b_ks + j * b_ns]);
+        if constexpr (!kScaleAfterMma) v *= block_scale(sb, g, n0 + j, k + kk);
+      }
       sm.bs[kk][j] = from_f<ST>(v);
     }
     __syncthreads();
-    if constexpr (kTensorCores) {
+    if constexpr (kScaleAfterMma) {
+      // One fragment of partial sums at a time: the whole step for one 16x16 block, then scaled.
+      const float s = block_scale(sb, g, n0, k);
+      constexpr int kSteps = kBK / 16;
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, ST, wmma::row_major> fa[kSteps][2];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, ST, wmma::row_major> fb[kSteps][2];
+#pragma unroll
+      for (int q = 0; q < kSteps; ++q) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(fa[q][i], &sm.as[wm * 32 + i * 16][q * 16], kLdA);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[q][j], &sm.bs[q * 16][wn * 32 + j * 16], kLdB);
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          wmma::fragment<wmma::accumulator, 16, 16, 16, float> part;
+          wmma::fill_fragment(part, 0.f);
+#pragma unroll
+          for (int q = 0; q < kSteps; ++q) wmma::mma_sync(part, fa[q][i], fb[q][j], part);
+#pragma unroll
+          for (int e = 0; e < part.num_elements; ++e) acc[i][j].x[e] = fmaf(s, part.x[e], acc[i][j].x[e]);
+        }
+    } else if constexpr (kTensorCores) {
 #pragma unroll
       for (int kk = 0; kk < kBK; kk += 16) {
         wmma::fragment<wmma::matrix_a, 16, 16, 16, ST, wmma::row_major> fa[2];
@@ -296,6 +348,237 @@ __global__ void __launch_bounds__(kTileThreads) batch_kernel(BatchProblem p, con
   }
 }
 
+// ---- v2 tiles: cp.async pipeline, ldmatrix, mma.sync -----------------------------------------------
+constexpr int kMmaBN = 128, kMmaBK = 64, kMmaThreads = 256;
+
+// Tile geometry for weights of type BT and BM output rows: 8 warps as kWarpsM x kWarpsN, each
+// owning kMi x kNi mma tiles of 16 x 8. Shared tiles are rows of kMmaBK 16-bit elements (128
+// bytes, 8 chunks of 16 bytes); FP8 stages hold the raw 64-byte rows plus one decoded tile.
+template <class BT, int BM> struct MmaShape {
+  static constexpr bool kFp8 = std::is_same_v<BT, E4m3>;
+  static constexpr int kWarpsM = BM >= 32 ? 2 : 1, kWarpsN = kMmaThreads / 32 / kWarpsM;
+  static constexpr int kWarpRows = BM / kWarpsM, kWarpCols = kMmaBN / kWarpsN;
+  static constexpr int kMi = kWarpRows / 16, kNi = kWarpCols / 8;
+  static constexpr int kStages = BM >= 128 ? 3 : 4;
+  static constexpr int kATile = BM * kMmaBK * 2;
+  static constexpr int kBTile = kMmaBN * kMmaBK * (kFp8 ? 1 : 2);
+  static constexpr int kBDecoded = kFp8 ? kMmaBN * kMmaBK * 2 : 0;
+  static constexpr int kBOffset = kStages * kATile, kDecodedOffset = kStages * (kATile + kBTile);
+  static constexpr int kSmemBytes = kDecodedOffset + kBDecoded;
+  static_assert(kWarpRows % 16 == 0 && kWarpCols % 16 == 0, "warp tiles of whole ldmatrix x4 loads");
+};
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// Byte offset of 16-byte chunk c (of 8) in row r of a shared tile of 128-byte rows. XOR-ing the
+// chunk with r % 8 puts the 8 rows one ldmatrix phase reads (same chunk) in 8 different bank groups.
+__device__ __forceinline__ uint32_t swizzled(int r, int c) { return static_cast<uint32_t>(r * 128 + ((c ^ (r & 7)) << 4)); }
+
+// 16 bytes global -> shared, bypassing L1; bytes past src_bytes (0..16) are written as zeros and not read.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int Pending> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending)); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+// c += a (16x16, row-major) @ b (16x8, column-major), f32 accumulation.
+template <class T> __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two e4m3 codes (low byte first) as two T values packed in 32 bits: exact (e4m3 fits f16 and bf16).
+template <class T> __device__ __forceinline__ uint32_t decode_fp8x2(uint32_t pair) {
+  const __half2 h(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xFFFFu), __NV_E4M3));
+  uint32_t bits;
+  if constexpr (std::is_same_v<T, __half>) {
+    memcpy(&bits, &h, 4);
+  } else {
+    const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(h));
+    memcpy(&bits, &b, 4);
+  }
+  return bits;
+}
+
+// Writes out[row, col] (and out[row, col + 1] when `second`) as the output type; `pair`: the two
+// are adjacent and aligned for one store.
+template <class OT>
+__device__ __forceinline__ void store_two(const RowsProblem& p, int64_t row, int64_t col, float v0, float v1, bool second, bool pair) {
+  OT* o = static_cast<OT*>(p.out) + row * p.o_rs + col * p.o_ns;
+  if (pair && second) {
+    if constexpr (std::is_same_v<OT, float>) *reinterpret_cast<float2*>(o) = make_float2(v0, v1);
+    else if constexpr (std::is_same_v<OT, __half>) *reinterpret_cast<__half2*>(o) = __floats2half2_rn(v0, v1);
+    else *reinterpret_cast<__nv_bfloat162*>(o) = __floats2bfloat162_rn(v0, v1);
+    return;
+  }
+  o[0] = from_f<OT>(v0);
+  if (second) o[p.o_ns] = from_f<OT>(v1);
+}
+
+// One BM x 128 output tile of the rows form: T the activations' (and mma's) type, BT the
+// weights' (T or FP8). Tile map, row and column ranges as tiled_kernel.
+template <class T, class BT, int BM>
+__global__ void __launch_bounds__(kMmaThreads, 2) mma_tile_kernel(RowsProblem p, const int32_t* __restrict__ ends,
+                                                                  const int32_t* __restrict__ tile_map, bool pair_store) {
+  using S = MmaShape<BT, BM>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  int g = 0;
+  int64_t row0 = static_cast<int64_t>(blockIdx.x) * BM, end = p.rows;
+  if (tile_map) {  // offs given: this tile's (group, first row), or nothing to do
+    g = tile_map[2 * blockIdx.x];
+    if (g < 0) return;
+    row0 = tile_map[2 * blockIdx.x + 1];
+    end = ends[g];
+  }
+  const int rows = static_cast<int>(min(int64_t{BM}, end - row0));
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kMmaBN;
+  const int cols = static_cast<int>(min(int64_t{kMmaBN}, p.n - n0));
+  const T* a = static_cast<const T*>(p.a) + row0 * p.a_rs;
+  const BT* b = static_cast<const BT*>(p.b) + g * p.b_gs + n0 * p.b_ns;
+  const uint32_t a_tiles = shared_address(smem), b_tiles = a_tiles + S::kBOffset;
+  const uint32_t b_decoded = a_tiles + S::kDecodedOffset;  // FP8 only
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int wm = warp / S::kWarpsN, wn = warp % S::kWarpsN;
+  const int k_tiles = static_cast<int>((p.k + kMmaBK - 1) / kMmaBK);
+
+  // Issues the copies of K tile kt into stage slot s. 16-bit rows: 8 chunks of 8 elements, one
+  // chunk column per thread (tid % 8); FP8 rows: 4 chunks of 16.
+  auto load_tile = [&](int kt, int s) {
+    const int64_t k0 = static_cast<int64_t>(kt) * kMmaBK;
+    const int c = tid % 8;
+    const int64_t k = k0 + c * 8;
+    const int bytes = static_cast<int>(2 * max(int64_t{0}, min(int64_t{8}, p.k - k)));
+#pragma unroll
+    for (int i = 0; i < (BM * 8 + kMmaThreads - 1) / kMmaThreads; ++i) {
+      const int r = tid / 8 + i * (kMmaThreads / 8);
+      if (BM * 8 >= kMmaThreads || r < BM) {
+        const bool in = r < rows && bytes > 0;
+        cp_async16(a_tiles + s * S::kATile + swizzled(r, c), in ? a + r * p.a_rs + k : a, in ? bytes : 0);
+      }
+    }
+    if constexpr (!S::kFp8) {
+#pragma unroll
+      for (int i = 0; i < kMmaBN * 8 / kMmaThreads; ++i) {
+        const int r = tid / 8 + i * (kMmaThreads / 8);
+        const bool in = r < cols && bytes > 0;
+        cp_async16(b_tiles + s * S::kBTile + swizzled(r, c), in ? b + r * p.b_ns + k : b, in ? bytes : 0);
+      }
+    } else {
+      const int c8 = tid % 4;
+      const int64_t k8 = k0 + c8 * 16;
+      const int bytes8 = static_cast<int>(max(int64_t{0}, min(int64_t{16}, p.k - k8)));
+#pragma unroll
+      for (int i = 0; i < kMmaBN * 4 / kMmaThreads; ++i) {
+        const int r = tid / 4 + i * (kMmaThreads / 4);
+        const bool in = r < cols && bytes8 > 0;
+        cp_async16(b_tiles + s * S::kBTile + r * 64 + c8 * 16, in ? b + r * p.b_ns + k8 : b, in ? bytes8 : 0);
+      }
+    }
+  };
+
+  // c += the stage's A tile @ B tile^T for this warp's sub-tile, 4 steps of k16. B tiles are
+  // [n][k] (k contiguous): exactly the column-major 16x8 fragments mma wants, via plain ldmatrix.
+  auto multiply = [&](uint32_t a_tile, uint32_t b_tile, float (&c)[S::kMi][S::kNi][4]) {
+#pragma unroll
+    for (int kk = 0; kk < kMmaBK / 16; ++kk) {
+      uint32_t bf[S::kNi / 2][4];
+#pragma unroll
+      for (int j = 0; j < S::kNi / 2; ++j) {
+        const int n = wn * S::kWarpCols + j * 16 + (lane & 7) + ((lane >> 4) << 3);
+        ldmatrix_x4(bf[j], b_tile + swizzled(n, kk * 2 + ((lane >> 3) & 1)));
+      }
+#pragma unroll
+      for (int i = 0; i < S::kMi; ++i) {
+        uint32_t af[4];
+        const int r = wm * S::kWarpRows + i * 16 + (lane & 15);
+        ldmatrix_x4(af, a_tile + swizzled(r, kk * 2 + (lane >> 4)));
+#pragma unroll
+        for (int j = 0; j < S::kNi; ++j) mma16816<T>(c[i][j], af, bf[j / 2][(j % 2) * 2], bf[j / 2][(j % 2) * 2 + 1]);
+      }
+    }
+  };
+
+  float acc[S::kMi][S::kNi][4] = {};
+  const bool block_scaled = p.scale_b.kind == WeightScale::Block128;
+#pragma unroll
+  for (int s = 0; s < S::kStages - 1; ++s) {
+    if (s < k_tiles) load_tile(s, s);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    cp_async_wait<S::kStages - 2>();  // tile kt has landed (this thread's copies) ...
+    __syncthreads();                  // ... everyone's, and nobody still reads the slot refilled next
+    const int next = kt + S::kStages - 1;
+    if (next < k_tiles) load_tile(next, next % S::kStages);
+    cp_async_commit();
+    const int slot = kt % S::kStages;
+    if constexpr (!S::kFp8) {
+      multiply(a_tiles + slot * S::kATile, b_tiles + slot * S::kBTile, acc);
+    } else {
+      // The 128-aligned tile lies inside one 128x128 scale block: one scale per K step.
+      const float scale = block_scaled ? p.scale_b.ptr[block_scale_offset(g, n0, static_cast<int64_t>(kt) * kMmaBK, p.scale_b.s0,
+                                                                          p.scale_b.s1, p.scale_b.s2)]
+                                       : 1.f;
+#pragma unroll
+      for (int i = 0; i < kMmaBN * 4 / kMmaThreads; ++i) {  // 16 codes -> two 16-byte chunks of T
+        const int r = tid / 4 + i * (kMmaThreads / 4), c8 = tid % 4;
+        const uint4 q = *reinterpret_cast<const uint4*>(smem + S::kBOffset + slot * S::kBTile + r * 64 + c8 * 16);
+        const uint4 lo = make_uint4(decode_fp8x2<T>(q.x), decode_fp8x2<T>(q.x >> 16), decode_fp8x2<T>(q.y), decode_fp8x2<T>(q.y >> 16));
+        const uint4 hi = make_uint4(decode_fp8x2<T>(q.z), decode_fp8x2<T>(q.z >> 16), decode_fp8x2<T>(q.w), decode_fp8x2<T>(q.w >> 16));
+        *reinterpret_cast<uint4*>(smem + S::kDecodedOffset + swizzled(r, 2 * c8)) = lo;
+        *reinterpret_cast<uint4*>(smem + S::kDecodedOffset + swizzled(r, 2 * c8 + 1)) = hi;
+      }
+      __syncthreads();
+      float part[S::kMi][S::kNi][4] = {};
+      multiply(a_tiles + slot * S::kATile, b_decoded, part);
+#pragma unroll
+      for (int i = 0; i < S::kMi; ++i)
+#pragma unroll
+        for (int j = 0; j < S::kNi; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[i][j][e] = fmaf(scale, part[i][j][e], acc[i][j][e]);
+    }
+  }
+  cp_async_wait<0>();
+
+  // Accumulator e of mma tile (i, j): row lane/4 (+8 for e >= 2), columns 2*(lane%4) + {0, 1}.
+#pragma unroll
+  for (int i = 0; i < S::kMi; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = wm * S::kWarpRows + i * 16 + (lane >> 2) + h * 8;
+      if (r >= rows) continue;
+      const int64_t row = row0 + r;
+      const float row_scale = p.scale_a ? p.scale_a[p.scale_a_rows ? row : 0] : 1.f;
+#pragma unroll
+      for (int j = 0; j < S::kNi; ++j) {
+        const int c = wn * S::kWarpCols + j * 8 + (lane & 3) * 2;
+        if (c >= cols) continue;
+        const int64_t col = n0 + c;
+        const bool second = c + 1 < cols;
+        const float v0 = acc[i][j][2 * h] * row_scale * column_scale(p.scale_b, g, col);
+        const float v1 = second ? acc[i][j][2 * h + 1] * row_scale * column_scale(p.scale_b, g, col + 1) : 0.f;
+        if (p.out_type == kFloat32) store_two<float>(p, row, col, v0, v1, second, pair_store);
+        else if (p.out_type == kFloat16) store_two<__half>(p, row, col, v0, v1, second, pair_store);
+        else store_two<__nv_bfloat16>(p, row, col, v0, v1, second, pair_store);
+      }
+    }
+  }
+}
+
 // ---- host ------------------------------------------------------------------------------------------
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -323,6 +606,52 @@ template <class F> void with_types(const RowsProblem& p, F&& f) {
   });
 }
 
+// v2 applies to bf16/f16 activations with weights of that type or FP8, both unit-stride along K
+// and every row start 16-byte aligned (the cp.async granule), on sm_80 or newer (cp.async,
+// mma.sync on bf16) unless fast paths are disabled (EMBER_DISABLE_FAST_PATHS=1 runs v1).
+bool mma_applies(const RowsProblem& p, int device) {
+  const bool a16 = p.a_type == kBFloat16 || p.a_type == kFloat16;
+  const bool b_ok = p.b_type == p.a_type || p.b_type == kFloat8_e4m3fn;
+  const auto a_size = static_cast<int64_t>(itemsize(p.a_type)), b_size = static_cast<int64_t>(itemsize(p.b_type));
+  return a16 && b_ok && p.a_ks == 1 && p.b_ks == 1 && aligned16(p.a) && aligned16(p.b) && (p.a_rs * a_size) % 16 == 0 &&
+         (p.b_ns * b_size) % 16 == 0 && (p.b_gs * b_size) % 16 == 0 && (p.n + kMmaBN - 1) / kMmaBN <= 65535 &&
+         fast_paths_enabled(device, 80);
+}
+
+// v2's tile height: the smallest of 16..128 (..64 for FP8 weights, whose per-step partial sums
+// double the accumulators) holding twice the mean rows per group, so most groups take one row
+// tile and read their weights once; halved while the grid would not give each SM two blocks.
+// From sizes only: the offsets stay on the device.
+int mma_block_rows(const RowsProblem& p, int64_t groups, int sms) {
+  const int64_t per_group = (p.rows + groups - 1) / groups;
+  const int largest = p.b_type == kFloat8_e4m3fn ? 64 : 128;
+  int bm = 16;
+  while (bm < largest && bm < 2 * per_group) bm *= 2;
+  const int64_t col_tiles = (p.n + kMmaBN - 1) / kMmaBN;
+  while (bm > 16 && (p.rows + bm - 1) / bm * col_tiles < 2 * int64_t{sms}) bm /= 2;
+  return bm;
+}
+
+template <class T, class BT, int BM>
+void launch_mma_tiles(const RowsProblem& p, const int32_t* ends, const int32_t* tile_map, int64_t map_len, cudaStream_t stream) {
+  constexpr int smem = MmaShape<BT, BM>::kSmemBytes;
+  const auto kernel = mma_tile_kernel<T, BT, BM>;
+  EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const auto o_size = static_cast<int64_t>(itemsize(p.out_type));
+  const bool pair_store = p.o_ns == 1 && p.o_rs % 2 == 0 && reinterpret_cast<uintptr_t>(p.out) % (2 * o_size) == 0;
+  const dim3 grid(static_cast<unsigned>(map_len), static_cast<unsigned>((p.n + kMmaBN - 1) / kMmaBN));
+  kernel<<<grid, kMmaThreads, smem, stream>>>(p, ends, tile_map, pair_store);
+}
+
+template <class T, class BT>
+void launch_mma(const RowsProblem& p, int bm, const int32_t* ends, const int32_t* tile_map, int64_t map_len, cudaStream_t stream) {
+  if (bm == 16) launch_mma_tiles<T, BT, 16>(p, ends, tile_map, map_len, stream);
+  else if (bm == 32) launch_mma_tiles<T, BT, 32>(p, ends, tile_map, map_len, stream);
+  else if constexpr (std::is_same_v<BT, E4m3>) launch_mma_tiles<T, BT, 64>(p, ends, tile_map, map_len, stream);  // FP8: bm <= 64
+  else if (bm == 64) launch_mma_tiles<T, BT, 64>(p, ends, tile_map, map_len, stream);
+  else launch_mma_tiles<T, BT, 128>(p, ends, tile_map, map_len, stream);
+}
+
 }  // namespace
 
 WeightScale weight_scale(const Tensor& scale, int64_t n) {
@@ -345,7 +674,17 @@ void run_rows(const RowsProblem& p, int device) {
   EMBER_CHECK(p.rows < INT_MAX && p.n <= INT_MAX * int64_t{kBN}, "grouped_mm", "rows on CUDA: expected fewer than {}, got {}", INT_MAX,
               p.rows);
   cudaStream_t stream = current_raw_stream(device);
-  const int64_t row_tiles = (p.rows + kBM - 1) / kBM;
+  const int sms = device_properties(device).multiProcessorCount;
+  const size_t a_size = itemsize(p.a_type), b_size = itemsize(p.b_type);
+  const bool decode_layout = p.a_ks == 1 && p.b_ks == 1 && aligned16(p.a) && aligned16(p.b) && (p.a_rs * a_size) % 16 == 0 &&
+                             (p.b_ns * b_size) % 16 == 0 && (p.b_gs * b_size) % 16 == 0;
+  const bool mma = mma_applies(p, device);
+  // The decode kernel reads the activation rows once per output column: right for about one
+  // row per group (or up to 8 rows of one group); beyond that v2's tiles read them once per 128
+  // columns. Without v2, decode keeps up to 8 rows per group (v1 tiles are slower still).
+  const bool decode = decode_layout && p.rows <= (mma ? std::max<int64_t>(8, groups) : 8 * groups);
+  const int bm = !decode && mma ? mma_block_rows(p, groups, sms) : kBM;
+  const int64_t row_tiles = (p.rows + bm - 1) / bm;
   const int64_t map_len = p.offs ? row_tiles + groups : row_tiles;
   // With offsets, the prep kernel fills a workspace: ends [G], active [G], num_active [1], tile
   // map [2 * map_len]. Without, every kernel takes one group of all rows.
@@ -357,21 +696,28 @@ void run_rows(const RowsProblem& p, int device) {
     active = ends + groups;
     num_active = active + groups;
     tile_map = num_active + 1;
-    prep_kernel<<<1, kPrepThreads, 0, stream>>>(p.offs, static_cast<int>(groups), static_cast<int>(p.rows), kBM, ends, active,
+    prep_kernel<<<1, kPrepThreads, 0, stream>>>(p.offs, static_cast<int>(groups), static_cast<int>(p.rows), bm, ends, active,
                                                 num_active, tile_map, static_cast<int>(map_len));
     EMBER_CUDA_CHECK_LAUNCH();
   }
-  const size_t a_size = itemsize(p.a_type), b_size = itemsize(p.b_type);
-  const bool decode_layout = p.a_ks == 1 && p.b_ks == 1 && aligned16(p.a) && aligned16(p.b) && (p.a_rs * a_size) % 16 == 0 &&
-                             (p.b_ns * b_size) % 16 == 0 && (p.b_gs * b_size) % 16 == 0;
-  const bool few_rows = p.rows <= 8 * groups;
+  if (!decode && mma) {
+    const bool fp8 = p.b_type == kFloat8_e4m3fn;
+    if (p.a_type == kFloat16) {
+      if (fp8) launch_mma<__half, E4m3>(p, bm, ends, tile_map, map_len, stream);
+      else launch_mma<__half, __half>(p, bm, ends, tile_map, map_len, stream);
+    } else {
+      if (fp8) launch_mma<__nv_bfloat16, E4m3>(p, bm, ends, tile_map, map_len, stream);
+      else launch_mma<__nv_bfloat16, __nv_bfloat16>(p, bm, ends, tile_map, map_len, stream);
+    }
+    EMBER_CUDA_CHECK_LAUNCH();
+    return;
+  }
   with_types(p, [&](auto* a_tag, auto* b_tag, auto* o_tag) {
     using AT = std::remove_pointer_t<decltype(a_tag)>;
     using BT = std::remove_pointer_t<decltype(b_tag)>;
     using OT = std::remove_pointer_t<decltype(o_tag)>;
-    if (decode_layout && few_rows) {
+    if (decode) {
       // 8 warps (columns) per block when that still gives two waves of blocks, else 2.
-      const int sms = device_properties(device).multiProcessorCount;
       const int threads = p.n >= int64_t{16} * sms * 8 ? 256 : 64;
       const auto slots = static_cast<unsigned>(std::min<int64_t>({groups, p.rows, 65535}));
       const dim3 grid(static_cast<unsigned>((p.n + threads / 32 - 1) / (threads / 32)), slots);

@@ -38,7 +38,9 @@ struct RowsProblem {
 };
 
 /// Runs a rows problem on the current stream: the few-rows decode kernel when the groups are
-/// small and both operands are unit-stride along K, else the tiled tensor-core kernel.
+/// small and both operands are unit-stride along K, else the mma.sync tile kernel (bf16/f16
+/// activations, weights of that type or FP8, unit-stride along K, 16-byte aligned rows), else
+/// the wmma tile kernel.
 void run_rows(const RowsProblem& p, int device);
 
 /// Batch form: out[g] = A[g][:, ks:ke] @ B[g][ks:ke, :] with [ks, ke) from cumulative end offsets

@@ -9,7 +9,9 @@
 //                     larger: cuSOLVER getrs (one matrix) or cuBLAS getrsBatched, after the
 //                     pivots are checked on the device.
 //   inv               n <= 16: Gauss-Jordan in registers, one launch; larger: LU + solve with I.
-//   triangular_solve  cuBLAS trsm (trsmBatched over pointer arrays for batches).
+//   triangular_solve  n <= 64: one kernel, the triangle in shared memory, one thread per
+//                     right-hand side (linalg_triangular.cu); larger: cuBLAS trsm
+//                     (trsmBatched over pointer arrays for batches).
 //   qr                cuSOLVER geqrf + orgqr/ungqr per matrix; Q starts as the k reflectors, so a
 //                     reduced Q needs O(m k) memory.
 //   svd               cuSOLVER gesvdjBatched (m, n <= 32) or gesvdj per matrix, like torch; null-space
@@ -551,6 +553,7 @@ void triangular_solve(const Tensor& A, const Tensor& X, bool upper, bool left, b
   const int ldx = to_int(column_major_ld(X, op), op, "leading dimension");
   const int rows = to_int(X.size(1), op, "rows"), cols = to_int(X.size(2), op, "columns");
   DeviceScope scope(X.device());
+  if (A.size(1) <= kMediumN) return small_triangular_solve(A, X, upper, left, unitriangular);
   const int device = X.device().index;
   const cudaStream_t stream = current_raw_stream(device);
   const cublasSideMode_t side = left ? CUBLAS_SIDE_LEFT : CUBLAS_SIDE_RIGHT;

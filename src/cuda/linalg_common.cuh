@@ -164,5 +164,8 @@ void small_inv(const Tensor& A, const Tensor& X, const Tensor& info);
 /// shared memory.
 inline constexpr int64_t kMediumN = 64;
 void medium_lu_factor(const Tensor& LU, const Tensor& pivots, const Tensor& info);
+/// triangular_solve for n <= kMediumN (linalg_triangular.cu): A [B, n, n] and X [B, n, k] (left)
+/// or [B, k, n] (right), any strides; X is overwritten with the solution.
+void small_triangular_solve(const Tensor& A, const Tensor& X, bool upper, bool left, bool unitriangular);
 
 }  // namespace ember::cuda::linalg_detail

@@ -144,8 +144,8 @@ template <class T> void integer_bmm(const Tensor& a, const Tensor& b, const Tens
 void product(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor& out) {
   if (out.numel() == 0) return;
   DeviceGuard guard(out.device().index);
-  if (bias == nullptr && gemv_applies(a, b, out)) {
-    gemv(a, b, Tensor(), out);
+  if (gemv_applies(a, b, out) && (bias == nullptr || gemv_bias_applies(*bias, out))) {
+    gemv(a, b, bias ? *bias : Tensor(), out);
     return;
   }
   dispatch(out.dtype(), [&](auto tag) {

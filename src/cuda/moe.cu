@@ -14,8 +14,15 @@
 //                       writes silu(gate) * up. In the second, one warp per output channel walks all
 //                       of its token's pairs (weights of distinct experts, read once) and writes the
 //                       weighted sum directly: the combine costs nothing.
-// A decode layer is 4 kernels: router product (grouped_mm's decode kernel, f32 out), route,
-// gate_up, down.
+//   router_decode_kernel   the decode router: one warp per expert computes the logits, the
+//                       last block to finish routes every token (route_token, as route_kernel).
+// A decode layer is 3 kernels: router_decode, gate_up, down.
+// Versions, H200, Qwen3-30B-A3B layer at T=1 bf16 (ncu durations, normal clocks):
+//   v1: router product 6.6 us, route (32 candidates per lane for any E) 20.5 us, gate_up
+//       18.7 us (58% of HBM bandwidth), down 19.2 us (27%, a 64-bit division per load): layer
+//       61 us in the graph-replay benchmark.
+//   v2: candidates per lane from E (4 for E <= 128), router + route fused, down steps its
+//       (pair, chunk) without division and keeps 8 loads in flight. (this; to be measured)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -31,6 +38,8 @@
 namespace ember::cuda {
 namespace {
 
+using gmm::block_scale;
+using gmm::column_scale;
 using gmm::E4m3;
 using gmm::from_f;
 using gmm::load8;
@@ -42,14 +51,6 @@ __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
   return v;
-}
-__device__ __forceinline__ float block_scale(const WeightScale& s, int64_t g, int64_t n, int64_t k) {
-  return s.kind == WeightScale::Block128 ? s.ptr[g * s.s0 + (n / 128) * s.s1 + (k / 128) * s.s2] : 1.f;
-}
-__device__ __forceinline__ float column_scale(const WeightScale& s, int64_t g, int64_t n) {
-  if (s.kind == WeightScale::Tensorwise) return s.ptr[g * s.s0];
-  if (s.kind == WeightScale::Rowwise) return s.ptr[g * s.s0 + n * s.s1];
-  return 1.f;
 }
 
 // ---- routing ------------------------------------------------------------------------------------
@@ -81,19 +82,18 @@ __device__ __forceinline__ bool before(float k1, int e1, float k2, int e2) {
   return k1 > k2 || (k1 == k2 && e1 < e2);
 }
 
-template <class L, class X>
-__global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
-  const int lane = threadIdx.x % 32;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + threadIdx.x / 32;
-  if (t >= a.tokens) return;
+// One warp routes token t: scores, top-k, weights, and the shared expert's gate. EPL: experts
+// per lane (E <= 32 * EPL), so E = 128 keeps 4 candidates per lane in registers instead of 32.
+// Logits are read with __ldcg: in the fused decode kernel other blocks have just written them.
+template <int EPL, class L, class X> __device__ void route_token(const RouteArgs& a, int64_t t, int lane) {
   const int E = static_cast<int>(a.experts);
   const L* row = static_cast<const L*>(a.logits) + t * a.l_ts;
-  float score[kMaxPerLane], key[kMaxPerLane];
+  float score[EPL], key[EPL];
   float mx = -INFINITY;
 #pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) {
+  for (int i = 0; i < EPL; ++i) {
     const int e = lane + 32 * i;
-    score[i] = e < E ? to_f(row[e * a.l_es]) : -INFINITY;
+    score[i] = e < E ? to_f(__ldcg(row + e * a.l_es)) : -INFINITY;
     mx = fmaxf(mx, score[i]);
   }
   if (a.softmax) {
@@ -101,19 +101,19 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
     for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
     float sum = 0.f;
 #pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) {
+    for (int i = 0; i < EPL; ++i) {
       score[i] = lane + 32 * i < E ? expf(score[i] - mx) : 0.f;
       sum += score[i];
     }
     sum = warp_sum(sum);
 #pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) score[i] /= sum;
+    for (int i = 0; i < EPL; ++i) score[i] /= sum;
   } else {
 #pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) score[i] = 1.f / (1.f + expf(-score[i]));
+    for (int i = 0; i < EPL; ++i) score[i] = 1.f / (1.f + expf(-score[i]));
   }
 #pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) {
+  for (int i = 0; i < EPL; ++i) {
     const int e = lane + 32 * i;
     key[i] = score[i] + (a.bias && e < E ? a.bias[e] : 0.f);
   }
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
     float bk = 0.f, bs = 0.f;
     int be = INT_MAX;
 #pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) {
+    for (int i = 0; i < EPL; ++i) {
       const int e = lane + 32 * i;
       if (e < E && !((taken >> i) & 1u) && (!valid || before(key[i], e, bk, be))) {
         valid = true;
@@ -166,6 +166,76 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
     d = warp_sum(d);
     if (lane == 0) a.sg[t] = 1.f / (1.f + expf(-d));
   }
+}
+
+template <int EPL, class L, class X>
+__global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteArgs a) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + threadIdx.x / 32;
+  if (t < a.tokens) route_token<EPL, L, X>(a, t, threadIdx.x % 32);
+}
+
+/// Calls f(std::integral_constant<int, EPL>) with the experts-per-lane bucket for E <= 1024.
+template <class F> void with_experts_per_lane(int64_t experts, F&& f) {
+  if (experts <= 128) f(std::integral_constant<int, 4>{});
+  else if (experts <= 256) f(std::integral_constant<int, 8>{});
+  else f(std::integral_constant<int, kMaxPerLane>{});
+}
+
+// The decode router: logits [T, E] f32 = x @ router^T, one warp per expert with all of its row's
+// 16-byte loads in flight (the router weight is small: latency, not bandwidth, decides), then the
+// last block to finish (ticket in the stream's zeroed scratch) routes every token. Replaces a
+// product kernel + route kernel pair (two launches, ~27 us on the H200 for E = 128, of which the
+// old 32-candidates-per-lane route kernel took 20 us).
+constexpr int kRouterWarps = 8, kRouterRows = 4;
+
+template <int EPL, class X>
+__global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteArgs a, const X* __restrict__ router, int64_t r_es,
+                                                                         float* __restrict__ logits, unsigned* __restrict__ ticket) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * kRouterWarps + warp;
+  const X* x = static_cast<const X*>(a.x);
+  if (e < a.experts) {
+    const X* w = router + e * r_es;
+    const int64_t chunks = a.hidden / 8;
+    for (int64_t t0 = 0; t0 < a.tokens; t0 += kRouterRows) {
+      const int nr = static_cast<int>(min(int64_t{kRouterRows}, a.tokens - t0));
+      float acc[kRouterRows] = {};
+#pragma unroll 8
+      for (int64_t c = lane; c < chunks; c += 32) {
+        float wf[8];
+        load8(w + c * 8, wf);
+#pragma unroll
+        for (int r = 0; r < kRouterRows; ++r) {
+          if (r < nr) {
+            float xf[8];
+            load8(x + (t0 + r) * a.x_ts + c * 8, xf);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) acc[r] = fmaf(xf[i], wf[i], acc[r]);
+          }
+        }
+      }
+      for (int64_t h = chunks * 8 + lane; h < a.hidden; h += 32) {
+        const float wv = to_f(w[h]);
+#pragma unroll
+        for (int r = 0; r < kRouterRows; ++r)
+          if (r < nr) acc[r] = fmaf(to_f(x[(t0 + r) * a.x_ts + h]), wv, acc[r]);
+      }
+#pragma unroll
+      for (int r = 0; r < kRouterRows; ++r) {
+        const float v = warp_sum(acc[r]);
+        if (lane == 0 && r < nr) logits[(t0 + r) * a.experts + e] = v;
+      }
+    }
+  }
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int64_t t = warp; t < a.tokens; t += kRouterWarps) route_token<EPL, float, X>(a, t, lane);
+  if (threadIdx.x == 0) *ticket = 0;  // zero again for the next launch on this stream
 }
 
 // ---- permutation ----------------------------------------------------------------------------------
@@ -378,15 +448,19 @@ __global__ void __launch_bounds__(kDecodeThreads) down_decode_kernel(DecodeArgs 
   const int lane = threadIdx.x % 32;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kDecodeWarps + threadIdx.x / 32;
   if (n >= a.hidden) return;
-  const int64_t chunks = a.inter / 8, pairs = a.tokens * a.k;
+  const int chunks = static_cast<int>(a.inter / 8);
+  const int64_t pairs = a.tokens * a.k;
   const bool blocks = a.down_scale.kind == WeightScale::Block128;
   for (int64_t t = 0; t < a.tokens; ++t) {
     float acc = 0.f;
-    // (pair, chunk) flattened so the loads of different experts are in flight together.
-    const int64_t work = a.k * chunks;
-#pragma unroll 4
-    for (int64_t idx = lane; idx < work; idx += 32) {
-      const int64_t j = idx / chunks, c = idx - j * chunks, slot = t * a.k + j, e = a.ids[slot];
+    // (pair j, chunk c) flattened so the loads of different experts are in flight together; the
+    // lane steps its (j, c) by 32 chunks with a subtraction (v1 divided 64-bit indices per load,
+    // which with 15 warps per SM kept HBM at 27% of its bandwidth).
+    const int work = a.k * chunks;
+    int j = chunks > 0 ? lane / chunks : 0, c = chunks > 0 ? lane - j * chunks : 0;
+#pragma unroll 8
+    for (int idx = lane; idx < work; idx += 32) {
+      const int64_t slot = t * a.k + j, e = a.ids[slot];
       float wf[8], hf[8];
       load8(static_cast<const WT*>(a.down) + e * a.d_es + n * a.d_rs + c * 8, wf);
       load8(static_cast<const T*>(a.h) + slot * a.h_rs + c * 8, hf);
@@ -395,9 +469,10 @@ __global__ void __launch_bounds__(kDecodeThreads) down_decode_kernel(DecodeArgs 
       for (int q = 0; q < 8; ++q) d = fmaf(wf[q], hf[q], d);
       const float s = a.weights[slot] * column_scale(a.down_scale, e, n) * (blocks ? block_scale(a.down_scale, e, n, c * 8) : 1.f);
       acc = fmaf(d, s, acc);
+      for (c += 32; c >= chunks; c -= chunks) ++j;
     }
-    for (int64_t j = 0; j < a.k && chunks * 8 < a.inter; ++j) {
-      const int64_t slot = t * a.k + j, e = a.ids[slot];
+    for (int64_t jt = 0; jt < a.k && chunks * 8 < a.inter; ++jt) {
+      const int64_t slot = t * a.k + jt, e = a.ids[slot];
       const WT* w = static_cast<const WT*>(a.down) + e * a.d_es + n * a.d_rs;
       const T* hr = static_cast<const T*>(a.h) + slot * a.h_rs;
       float d = 0.f;
@@ -451,11 +526,13 @@ Tensor f32_contiguous(const Tensor& t) {
 
 void launch_route(const RouteArgs& args, DType logits_type, DType x_type, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((args.tokens + kRouteWarps - 1) / kRouteWarps);
-  with_float(logits_type, [&](auto* l_tag) {
-    using L = std::remove_pointer_t<decltype(l_tag)>;
-    with_float(x_type, [&](auto* x_tag) {
-      using X = std::remove_pointer_t<decltype(x_tag)>;
-      if constexpr (!std::is_same_v<X, double>) route_kernel<L, X><<<blocks, kRouteWarps * 32, 0, stream>>>(args);
+  with_experts_per_lane(args.experts, [&](auto epl) {
+    with_float(logits_type, [&](auto* l_tag) {
+      using L = std::remove_pointer_t<decltype(l_tag)>;
+      with_float(x_type, [&](auto* x_tag) {
+        using X = std::remove_pointer_t<decltype(x_tag)>;
+        if constexpr (!std::is_same_v<X, double>) route_kernel<decltype(epl)::value, L, X><<<blocks, kRouteWarps * 32, 0, stream>>>(args);
+      });
     });
   });
   EMBER_CUDA_CHECK_LAUNCH();
@@ -557,9 +634,19 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
   const int64_t s_inter = shared ? options.shared->down.size(1) : 0;
   const bool shared_gate = shared && options.shared->gate.defined();
 
-  // Router: logits [T, E] f32 = x @ router^T (one group, f32 accumulate and output).
+  const Tensor s_gate = shared ? options.shared->gate_up.narrow(0, 0, s_inter) : Tensor();
+  const Tensor s_up = shared ? options.shared->gate_up.narrow(0, s_inter, s_inter) : Tensor();
+  const bool fp8 = experts.gate.dtype() == kFloat8_e4m3fn;
+  const bool decode = pairs <= 128 && rows_aligned(x, x.stride(0)) && rows_aligned(router_weight, router_weight.stride(0)) &&
+                      rows_aligned(experts.gate, experts.gate.stride(1)) &&
+                      rows_aligned(experts.up, experts.up.stride(1)) && rows_aligned(experts.down, experts.down.stride(1)) &&
+                      (experts.gate.stride(0) * static_cast<int64_t>(experts.gate.itemsize())) % 16 == 0 &&
+                      (experts.down.stride(0) * static_cast<int64_t>(experts.down.itemsize())) % 16 == 0 &&
+                      experts.gate.stride(0) == experts.up.stride(0) &&
+                      (!shared || (rows_aligned(s_gate, s_gate.stride(0)) && rows_aligned(options.shared->down, options.shared->down.stride(0))));
+
+  // Router: logits [T, E] f32 = x @ router^T (f32 accumulate and output), then routing.
   const Tensor logits = empty({t, e}, kFloat32, dev);
-  rows_product(x, router_weight.unsqueeze(0), Tensor(), nullptr, logits, device);
   const Tensor weights = empty({t, k}, kFloat32, dev), ids = empty({t, k}, kInt32, dev);
   const Tensor sg = shared_gate ? empty({t}, kFloat32, dev) : Tensor();
   const Tensor bias = f32_contiguous(options.route.expert_bias.value_or(Tensor()));
@@ -570,22 +657,28 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
   ra.softmax = options.route.scoring == MoeScoring::Softmax; ra.norm = options.route.norm_topk;
   ra.eps = static_cast<float>(options.route.norm_eps); ra.scaling = static_cast<float>(options.route.routed_scaling);
   ra.weights = weights.data_ptr<float>(); ra.ids = ids.data_ptr<int32_t>();
+  ra.x = x.raw_data(); ra.x_ts = x.stride(0); ra.hidden = hidden;
   if (shared_gate) {
-    ra.x = x.raw_data(); ra.x_ts = x.stride(0); ra.hidden = hidden;
     ra.gate = options.shared->gate.raw_data();
     ra.sg = sg.data_ptr<float>();
   }
-  launch_route(ra, kFloat32, x.dtype(), stream);
+  if (decode) {
+    auto* ticket = static_cast<unsigned*>(zeroed_stream_scratch(device, stream, ScratchPurpose::MoeRouter, sizeof(unsigned)));
+    const auto blocks = static_cast<unsigned>((e + kRouterWarps - 1) / kRouterWarps);
+    with_experts_per_lane(e, [&](auto epl) {
+      with_float(x.dtype(), [&](auto* tag) {
+        using X = std::remove_pointer_t<decltype(tag)>;
+        if constexpr (!std::is_same_v<X, double>)
+          router_decode_kernel<decltype(epl)::value, X><<<blocks, kRouterWarps * 32, 0, stream>>>(
+              ra, static_cast<const X*>(router_weight.raw_data()), router_weight.stride(0), logits.data_ptr<float>(), ticket);
+      });
+    });
+    EMBER_CUDA_CHECK_LAUNCH();
+  } else {
+    rows_product(x, router_weight.unsqueeze(0), Tensor(), nullptr, logits, device);
+    launch_route(ra, kFloat32, x.dtype(), stream);
+  }
 
-  const Tensor s_gate = shared ? options.shared->gate_up.narrow(0, 0, s_inter) : Tensor();
-  const Tensor s_up = shared ? options.shared->gate_up.narrow(0, s_inter, s_inter) : Tensor();
-  const bool fp8 = experts.gate.dtype() == kFloat8_e4m3fn;
-  const bool decode = pairs <= 128 && rows_aligned(x, x.stride(0)) && rows_aligned(experts.gate, experts.gate.stride(1)) &&
-                      rows_aligned(experts.up, experts.up.stride(1)) && rows_aligned(experts.down, experts.down.stride(1)) &&
-                      (experts.gate.stride(0) * static_cast<int64_t>(experts.gate.itemsize())) % 16 == 0 &&
-                      (experts.down.stride(0) * static_cast<int64_t>(experts.down.itemsize())) % 16 == 0 &&
-                      experts.gate.stride(0) == experts.up.stride(0) &&
-                      (!shared || (rows_aligned(s_gate, s_gate.stride(0)) && rows_aligned(options.shared->down, options.shared->down.stride(0))));
   if (decode) {
     const int64_t slots = pairs + (shared ? t : 0);
     const Tensor h = empty({slots, round8(std::max(inter, s_inter))}, x.dtype(), dev);

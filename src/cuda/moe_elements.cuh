@@ -1,11 +1,14 @@
 // Element helpers shared by the MoE kernels (grouped_mm.cu, moe.cu): conversions to and from
-// float for the kernel element types and 8-element vector loads.
+// float for the kernel element types, 8-element vector loads and FP8 weight scale lookups.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <cstdint>
+
+#include "cuda/block_scale.h"
+#include "cuda/grouped_mm.h"
 
 namespace ember::cuda::gmm {
 
@@ -65,6 +68,17 @@ __device__ __forceinline__ void load8(const E4m3* p, float (&f)[8]) {
       f[i * 4 + h * 2 + 1] = v.y;
     }
   }
+}
+
+/// The 128x128 block scale of weight element (n, k) of expert g; 1 for the other kinds.
+__device__ __forceinline__ float block_scale(const WeightScale& s, int64_t g, int64_t n, int64_t k) {
+  return s.kind == WeightScale::Block128 ? s.ptr[block_scale_offset(g, n, k, s.s0, s.s1, s.s2)] : 1.f;
+}
+/// The tensorwise or per-output-channel scale of column n of expert g; 1 for the other kinds.
+__device__ __forceinline__ float column_scale(const WeightScale& s, int64_t g, int64_t n) {
+  if (s.kind == WeightScale::Tensorwise) return s.ptr[g * s.s0];
+  if (s.kind == WeightScale::Rowwise) return s.ptr[g * s.s0 + n * s.s1];
+  return 1.f;
 }
 
 }  // namespace ember::cuda::gmm

@@ -7,6 +7,8 @@
 
 #include <array>
 #include <atomic>
+#include <map>
+#include <tuple>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -394,6 +396,19 @@ void synchronize(int device) {
   EMBER_CUDA_CHECK(cudaDeviceSynchronize());
   allocator::process_events(d);
   check_device_error(d);
+}
+
+void* zeroed_stream_scratch(int device, cudaStream_t stream, ScratchPurpose purpose, size_t bytes) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, cudaStream_t, ScratchPurpose>, Tensor> buffers;
+  std::lock_guard lock(mutex);
+  Tensor& t = buffers[{device, stream, purpose}];
+  if (!t.defined() || t.nbytes() < bytes) {
+    // The old buffer goes back to the allocator on this stream, after the kernels using it.
+    t = empty({static_cast<int64_t>(std::max<size_t>(2 * bytes, 16384))}, kUInt8, Device::cuda(device));
+    EMBER_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, t.nbytes(), stream));
+  }
+  return t.raw_data();
 }
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {

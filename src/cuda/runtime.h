@@ -30,6 +30,13 @@ int compute_capability(int device);
 /// EMBER_FORCE_FAST_PATHS=1 on a device without the capability throws instead of being ignored.
 bool fast_paths_enabled(int device, int min_capability);
 
+/// Per (device, stream, purpose) scratch of at least `bytes`, zero when first handed out, for
+/// kernels that finish with a "last block" ticket: they must leave it zero again, so no memset
+/// launch is needed per call and the launch can be captured in a CUDA graph. Separate per stream
+/// so concurrent kernels never share counters. Growing it queues a memset on `stream`.
+enum class ScratchPurpose { GemvSplitK, MoeRouter };
+void* zeroed_stream_scratch(int device, cudaStream_t stream, ScratchPurpose purpose, size_t bytes);
+
 /// Device error word: kernels that meet bad user data they cannot report synchronously (an
 /// index out of range) write a code here with atomicExch/atomicCAS and skip the element, never
 /// reading out of bounds. The runtime checks the word at every host synchronisation point

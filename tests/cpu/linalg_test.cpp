@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "cpu/json_fixture.h"
+#include "cuda/triangular_packing.h"
 
 using namespace ember;
 using ember::test::error_of;
@@ -396,6 +397,34 @@ TEST(Linalg, MatchesTorchFixtures) {
         const bool single = expected[i].dtype() == kFloat32 || expected[i].dtype() == kComplex64;
         EXPECT_ALLCLOSE(actual[i], expected[i], single ? 1e-4 : 1e-10, single ? 1e-5 : 1e-12) << "output " << i;
       }
+    }
+  }
+}
+
+// The packed triangle of the CUDA triangular solve (cuda/triangular_packing.h, host code too):
+// against offsets summed column by column, every stored element has one slot, the slots fill
+// [0, packed_size) exactly, and every column starts on a whole vector.
+TEST(LinalgTriangularPacking, ColumnsAreAlignedAndSlotsAreABijection) {
+  using namespace ember::cuda::linalg_detail;
+  for (int align : {1, 2, 4}) {
+    for (int np : {4, 8, 16, 32, 48, 64}) {
+      SCOPED_TRACE(fmt::format("align {}, order {}", align, np));
+      std::vector<int> owner(static_cast<size_t>(packed_size(np, align)), 0);
+      int expected_offset = 0;
+      for (int c = 0; c < np; ++c) {
+        const int first = c / align * align;
+        EXPECT_EQ(packed_first_row(c, align), first);
+        ASSERT_EQ(packed_column_offset(c, np, align), expected_offset);
+        EXPECT_EQ(expected_offset % align, 0);
+        for (int i = first; i < np; ++i) {
+          const int slot = packed_index(i, c, np, align);
+          ASSERT_EQ(slot, expected_offset + i - first);
+          ++owner[static_cast<size_t>(slot)];
+        }
+        expected_offset += np - first;
+      }
+      EXPECT_EQ(packed_size(np, align), expected_offset);
+      EXPECT_EQ(std::count(owner.begin(), owner.end(), 1), static_cast<long>(owner.size()));
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <ember/safetensors.h>
 
 #include "compare.h"
+#include "cuda/block_scale.h"
 
 using namespace ember;
 
@@ -269,4 +270,40 @@ TEST(MoeLayer, Validation) {
   EXPECT_ERROR_HAS(moe_layer(x, router, fp8, o), "gate_up_scale");
   o.route.top_k = 9;
   EXPECT_ERROR_HAS(moe_layer(x, router, gate_up, down, o), "top_k");
+}
+
+// The CUDA kernels' scale lookup (cuda/block_scale.h, host code too) against the CPU reference:
+// through identity activations scaled_grouped_mm returns the decoded weights, code(n, k) times the
+// scale of block (n / 128, k / 128), here with a strided scale tensor and partial last blocks.
+TEST(MoeBlockScale, OffsetMatchesTheCpuReferenceDecoding) {
+  const Device cpu = Device::cpu();
+  const int64_t g_count = 2, n = 300, k = 272, nb = 3, kb = 3;
+  std::vector<float> values(static_cast<size_t>(g_count * nb * kb));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5f + static_cast<float>(i) / 64.f;  // distinct, exact products
+  // [G, NB, KB] stored K-block-major: strides (NB, 1, G * NB).
+  const Tensor scale = tensor(values, {g_count, nb, kb}).permute({2, 0, 1}).contiguous().permute({1, 2, 0});
+  ASSERT_FALSE(scale.is_contiguous());
+  const Tensor codes = (randn({g_count, n, k}, kFloat32, cpu, 70) * Scalar(20)).to(kFloat8_e4m3fn);
+  std::vector<float> eye(static_cast<size_t>(k * k), 0.f);
+  for (int64_t i = 0; i < k; ++i) eye[static_cast<size_t>(i * k + i)] = 1.f;
+  const Tensor identity = tensor(eye, {k, k});
+  const Tensor decoded = scaled_grouped_mm(cat({identity, identity}), codes.transpose(1, 2), std::nullopt, scale,
+                                           tensor(std::vector<int32_t>{static_cast<int32_t>(k), static_cast<int32_t>(2 * k)}),
+                                           kFloat32);  // [G * K, N]: row g * K + k is expert g's column k
+  const std::vector<float> out = decoded.contiguous().to_vector<float>();
+  const std::vector<float> code = codes.to(kFloat32).contiguous().to_vector<float>();
+  const float* s = scale.data_ptr<float>();
+  int64_t mismatches = 0;
+  for (int64_t g = 0; g < g_count; ++g)
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < k; ++c) {
+        const float expected = code[static_cast<size_t>((g * n + r) * k + c)] *
+                               s[cuda::gmm::block_scale_offset(g, r, c, scale.stride(0), scale.stride(1), scale.stride(2))];
+        mismatches += out[static_cast<size_t>((g * k + c) * n + r)] != expected;
+      }
+  EXPECT_EQ(mismatches, 0);
+  // The block boundaries: n picks the row of blocks, k the column.
+  EXPECT_EQ(cuda::gmm::block_scale_offset(1, 127, 128, 100, 10, 1), 101);
+  EXPECT_EQ(cuda::gmm::block_scale_offset(1, 128, 127, 100, 10, 1), 110);
+  EXPECT_EQ(cuda::gmm::block_scale_offset(0, 299, 271, 100, 10, 1), 22);
 }

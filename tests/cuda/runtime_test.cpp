@@ -237,9 +237,13 @@ ReuseOutcome free_while_consumer_reads(bool record_stream) {
   cuda::synchronize();
   cuda::empty_cache();
   const cuda::Stream producer = cuda::get_stream_from_pool(), consumer = cuda::get_stream_from_pool();
-  Tensor buffer, result;
+  Tensor buffer, result, overwrite_source;
   {
     cuda::StreamGuard guard(producer);
+    // The overwrite is a device-to-device copy: a copy from pageable host memory was seen to wait
+    // for the consumer's event on the H200's driver (5 s, the flag kernel's bound), which says
+    // nothing about the allocator.
+    overwrite_source = tensor<float>(out.overwrite).to(Device::cuda());
     Tensor spare = record_stream ? empty({static_cast<int64_t>(n)}, kFloat32, Device::cuda()) : Tensor();
     buffer = tensor<float>(out.original).to(Device::cuda());
   }
@@ -269,8 +273,10 @@ ReuseOutcome free_while_consumer_reads(bool record_stream) {
     cuda::StreamGuard guard(producer);
     next = empty({static_cast<int64_t>(n)}, kFloat32, Device::cuda());
     step("allocate");
-    cuda::copy_bytes(next.raw_data(), Device::cuda(), out.overwrite.data(), Device::cpu(), n * sizeof(float));
-    step("copy to device");
+    cuda::copy_bytes(next.raw_data(), Device::cuda(), overwrite_source.raw_data(), Device::cuda(), n * sizeof(float));
+    step("overwrite issued");
+    producer.synchronize();
+    step("producer synchronised");
   }
   out.consumer_busy_at_overwrite = !consumer.query();
   out.reused = next.raw_data();

@@ -260,6 +260,96 @@ EMBER_PARITY_CASE_TOL(linalg_solve_triangular_small_batched, 1e-4, 1e-4, {
   return {linalg::solve_triangular(R, B, true), linalg::solve_triangular(R.transpose(-2, -1), B, false, true, true),
           linalg::solve_triangular(R, B.transpose(-2, -1), true, false)};
 });
+// ---- the batched triangular solve (n <= 64: one kernel, linalg_triangular.cu) -------------------
+
+/// Random [shape..., rows, cols] values (complex parts too for complex dtypes) on d.
+Tensor random_values(Device d, const std::vector<int64_t>& shape, DType dtype, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> normal;
+  int64_t count = 1;
+  for (int64_t s : shape) count *= s;
+  std::vector<std::complex<double>> v(static_cast<size_t>(count));
+  for (auto& z : v) z = {normal(gen), normal(gen)};
+  return from_host(v, shape, dtype, d);
+}
+
+/// [batch, n, n] triangular matrices that stay well conditioned at n = 64: triangle entries
+/// scaled by min(1, 2/n), diagonal magnitudes in [1, 2] with random signs or phases. The other
+/// triangle holds entries of size 1000, so a solver that reads it cannot pass.
+Tensor triangular_matrices(Device d, int64_t batch, int64_t n, bool upper, DType dtype, uint64_t seed) {
+  const bool cx = is_complex_dtype(dtype);
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> uni(-1, 1);
+  const double off = std::min(1.0, 2.0 / static_cast<double>(n));
+  std::vector<std::complex<double>> v(static_cast<size_t>(batch * n * n));
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        std::complex<double>& z = v[static_cast<size_t>((b * n + i) * n + j)];
+        const std::complex<double> unit_random(uni(gen), cx ? uni(gen) : 0.0);
+        if (i == j) {
+          const double mag = 1.5 + 0.5 * uni(gen);
+          z = cx ? std::polar(mag, 3.14159 * uni(gen)) : std::complex<double>(uni(gen) < 0 ? -mag : mag);
+        } else {
+          z = (upper ? j > i : j < i) ? off * unit_random : 1000.0 * unit_random;
+        }
+      }
+    }
+  }
+  return from_host(v, {batch, n, n}, dtype, d);
+}
+
+/// Every variant over n in {1, 7, 33, 64} (panel padding, one and two panels) and k in {1, 5, 64,
+/// 300} (several matrices per block, one chunk, several chunks): upper and lower, X A = B and
+/// A X = B, unitriangular or not, on a batch of 3.
+std::vector<Tensor> triangular_solve_cases(Device d, DType dtype) {
+  std::vector<Tensor> out;
+  uint64_t seed = 1400;
+  for (int64_t n : {1, 7, 33, 64}) {
+    for (int64_t k : {1, 5, 64, 300}) {
+      for (bool upper : {false, true}) {
+        const Tensor A = triangular_matrices(d, 3, n, upper, dtype, seed++);
+        const Tensor B = random_values(d, {3, n, k}, dtype, seed++), Bt = random_values(d, {3, k, n}, dtype, seed++);
+        for (bool unit : {false, true}) {
+          out.push_back(linalg::solve_triangular(A, B, upper, true, unit));
+          out.push_back(linalg::solve_triangular(A, Bt, upper, false, unit));
+        }
+      }
+    }
+  }
+  return out;
+}
+EMBER_PARITY_CASE_TOL(linalg_solve_triangular_small_f32, 1e-4, 1e-4, { return triangular_solve_cases(d, kFloat32); });
+EMBER_PARITY_CASE_TOL(linalg_solve_triangular_small_f64, 1e-10, 1e-10, { return triangular_solve_cases(d, kFloat64); });
+EMBER_PARITY_CASE_TOL(linalg_solve_triangular_small_c64, 1e-4, 1e-4, { return triangular_solve_cases(d, kComplex64); });
+EMBER_PARITY_CASE_TOL(linalg_solve_triangular_small_c128, 1e-10, 1e-10, { return triangular_solve_cases(d, kComplex128); });
+
+// Batch broadcasting, views and partial blocks: A [2, 1, n, n] against B [1, 3, n, k]; one A for
+// a batch of B; A as the transposed view of an upper batch (column-major, no copy) and every
+// second matrix of a batch; B as a narrowed view and as a transposed one; 300 small matrices
+// with one and three right-hand sides (blocks of several matrices, the last one partial).
+EMBER_PARITY_CASE_TOL(linalg_solve_triangular_small_broadcast_views, 1e-4, 1e-4, {
+  std::vector<Tensor> out;
+  for (DType dt : {kFloat32, kComplex64}) {
+    const Tensor lower = triangular_matrices(d, 2, 33, false, dt, 1500).unsqueeze(1);
+    const Tensor B = random_values(d, {1, 3, 33, 9}, dt, 1501);
+    out.push_back(linalg::solve_triangular(lower, B, false));
+    out.push_back(linalg::solve_triangular(lower, B.transpose(-2, -1), false, false, true));
+    const Tensor one = triangular_matrices(d, 1, 20, true, dt, 1502).squeeze(0);
+    out.push_back(linalg::solve_triangular(one, random_values(d, {4, 20, 6}, dt, 1503), true));
+    const Tensor upper = triangular_matrices(d, 6, 64, true, dt, 1504);
+    const Tensor wide = random_values(d, {6, 64, 80}, dt, 1505);
+    out.push_back(linalg::solve_triangular(upper.transpose(-2, -1), wide.narrow(-1, 7, 70), false));
+    out.push_back(linalg::solve_triangular(upper.slice(0, 0, 6, 2), wide.slice(0, 1, 6, 2).narrow(-1, 0, 64).transpose(-2, -1),
+                                           true, false));
+    const Tensor small = triangular_matrices(d, 300, 5, false, dt, 1506);
+    const Tensor rhs = random_values(d, {300, 5, 3}, dt, 1507);
+    out.push_back(linalg::solve_triangular(small, rhs.narrow(-1, 0, 1), false));
+    out.push_back(linalg::solve_triangular(small, rhs, false, true, true));
+    out.push_back(linalg::solve_triangular(small, rhs.transpose(-2, -1), false, false));
+  }
+  return out;
+});
 EMBER_PARITY_CASE_TOL(linalg_qr_modes_c128_and_r, 1e-10, 1e-10, {
   const Tensor A = randn_on(d, {3, 30, 12}, kComplex128, 1200);
   auto [Q, R] = linalg::qr(A);

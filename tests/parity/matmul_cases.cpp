@@ -39,6 +39,34 @@ EMBER_PARITY_CASE(linear_single_row_f16, {  // the decode GEMV shape: one row, b
   const Tensor x = randn_on(d, {1, 256}, kFloat16, 18), w = randn_on(d, {130, 256}, kFloat16, 19);
   return {linear(x, w, randn_on(d, {130}, kFloat16, 20))};
 });
+// The small-batch GEMV path (2..8 rows against an nn.Linear weight) with and without a fused
+// bias, vector and scalar (odd K) loads, and a strided x.
+EMBER_PARITY_CASE_TOL(linear_small_batch_rows, 2e-2, 2e-2, {
+  const Tensor w = randn_on(d, {300, 1024}, kBFloat16, 21), b = randn_on(d, {300}, kBFloat16, 22);
+  const Tensor wo = randn_on(d, {70, 33}, kFloat16, 23);
+  std::vector<Tensor> outs;
+  for (int64_t m : {2, 3, 5, 8}) {
+    const Tensor x = randn_on(d, {m, 1024}, kBFloat16, 30 + m);
+    outs.push_back(linear(x, w, b).to(kFloat32));
+    outs.push_back(linear(randn_on(d, {m, 33}, kFloat16, 40 + m), wo).to(kFloat32));
+  }
+  const Tensor wide = randn_on(d, {4, 2048}, kFloat32, 24);
+  outs.push_back(linear(wide.slice(1, 0, 2048, 2), randn_on(d, {129, 1024}, kFloat32, 25)));  // strided x
+  outs.push_back(linear(randn_on(d, {9, 1024}, kBFloat16, 26), w, b).to(kFloat32));  // 9 rows: cuBLAS
+  return outs;
+});
+// The columns layout x[1, K] @ B[K, N] with K split over blocks (atomics + last-block finish),
+// a fused bias in both orientations, and repeated calls (the accumulators must be left zero).
+EMBER_PARITY_CASE_TOL(gemv_columns_split_k_bias, 2e-2, 2e-2, {
+  const Tensor x = randn_on(d, {1, 4096}, kBFloat16, 27), bk = randn_on(d, {4096, 512}, kBFloat16, 28);
+  const Tensor bias = randn_on(d, {512}, kBFloat16, 29);
+  const Tensor first = matmul(x, bk), second = matmul(x, bk);
+  const Tensor w = randn_on(d, {512, 4096}, kBFloat16, 50);
+  const Tensor col = randn_on(d, {4096, 1}, kBFloat16, 51);
+  return {first.to(kFloat32), second.to(kFloat32), linear(x, bk.t(), bias).to(kFloat32),
+          linear(randn_on(d, {1, 777}, kFloat32, 52), randn_on(d, {777, 130}, kFloat32, 53).t(), randn_on(d, {130}, kFloat32, 54)),
+          matmul(w, col).to(kFloat32), linear(col.t(), w, bias).to(kFloat32)};
+});
 
 }  // namespace
 }  // namespace ember::test

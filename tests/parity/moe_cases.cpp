@@ -1,11 +1,14 @@
 // Mixture of experts: CUDA vs the CPU reference. grouped_mm reaches the few-rows decode kernel
-// (rows <= 8 per group on average, K unit-stride), the tiled tensor-core kernel (prefill), the
-// batch kernel (2D x 2D, 3D x 3D) and the transposed rows form (3D x 2D); scaled_grouped_mm its
-// three scale layouts on both kernels; the fused layer its decode (<= 128 pairs) and prefill paths.
-// Only rows inside the groups are compared: the rest is left unwritten.
+// (about one row per group, K unit-stride), the mma.sync tile kernel (v2: bf16/f16 prefill, K
+// unit-stride), the v1 wmma tile kernel (f32, FP8 activations, other layouts), the batch kernel
+// (2D x 2D, 3D x 3D) and the transposed rows form (3D x 2D); scaled_grouped_mm its three scale
+// layouts on each kernel; the fused layer its decode (<= 128 pairs) and prefill paths. Only rows
+// inside the groups are compared, or a pre-filled output whose rows past offs[-1] must survive.
 #include <algorithm>
+#include <numeric>
 #include <random>
 
+#include "backend.h"
 #include "parity/harness.h"
 
 namespace ember::test {
@@ -31,16 +34,60 @@ std::vector<Tensor> rows_case(Device d, int64_t t, int64_t g, int64_t n, int64_t
   return {grouped_mm(a, w.transpose(1, 2), offs).narrow(0, 0, valid_rows(offs))};
 }
 
-std::vector<Tensor> scaled_case(Device d, int64_t t, int64_t g, int64_t n, int64_t k, int scale_kind, bool fp8_a, uint64_t seed) {
-  const Tensor w = (randn_on(d, {g, n, k}, kFloat32, seed) * Scalar(40)).to(kFloat8_e4m3fn);
-  const Tensor scale = scale_kind == 0   ? rand_on(d, {g}, kFloat32, seed + 1)
-                       : scale_kind == 1 ? rand_on(d, {g, n}, kFloat32, seed + 1)
-                                         : rand_on(d, {g, (n + 127) / 128, (k + 127) / 128}, kFloat32, seed + 1);
-  const Tensor offs = random_offsets(d, t, g, seed + 2);
+// FP8 weights [G, N, K] (values up to ~200) and a decoding scale of kind 0 (tensorwise), 1 (per
+// channel) or 2 (128x128 blocks).
+Tensor fp8_weights(Device d, int64_t g, int64_t n, int64_t k, uint64_t seed) {
+  return (randn_on(d, {g, n, k}, kFloat32, seed) * Scalar(40)).to(kFloat8_e4m3fn);
+}
+Tensor weight_scale(Device d, int64_t g, int64_t n, int64_t k, int scale_kind, uint64_t seed) {
+  return scale_kind == 0   ? rand_on(d, {g}, kFloat32, seed)
+         : scale_kind == 1 ? rand_on(d, {g, n}, kFloat32, seed)
+                           : rand_on(d, {g, (n + 127) / 128, (k + 127) / 128}, kFloat32, seed);
+}
+
+// a_type float8_e4m3fn: FP8 activations with per-row scales; else weight-only FP8.
+std::vector<Tensor> scaled_case(Device d, int64_t t, int64_t g, int64_t n, int64_t k, int scale_kind, DType a_type, uint64_t seed,
+                                const Tensor& routed_offs = Tensor(), DType out_type = kBFloat16) {
+  const Tensor w = fp8_weights(d, g, n, k, seed);
+  const Tensor scale = weight_scale(d, g, n, k, scale_kind, seed + 1);
+  const Tensor offs = routed_offs.defined() ? routed_offs : random_offsets(d, t, g, seed + 2);
   const Tensor x = randn_on(d, {t, k}, kFloat32, seed + 3);
-  const Tensor out = fp8_a ? scaled_grouped_mm(x.to(kFloat8_e4m3fn), w.transpose(1, 2), rand_on(d, {t}, kFloat32, seed + 4), scale, offs)
-                           : scaled_grouped_mm(x.to(kBFloat16), w.transpose(1, 2), std::nullopt, scale, offs);
+  const Tensor out = a_type == kFloat8_e4m3fn
+                         ? scaled_grouped_mm(x.to(a_type), w.transpose(1, 2), rand_on(d, {t}, kFloat32, seed + 4), scale, offs, out_type)
+                         : scaled_grouped_mm(x.to(a_type), w.transpose(1, 2), std::nullopt, scale, offs, out_type);
   return {out.narrow(0, 0, valid_rows(offs))};
+}
+
+// Cumulative end offsets of the given group sizes, on d.
+Tensor offsets_of(Device d, const std::vector<int32_t>& sizes) {
+  std::vector<int32_t> ends(sizes.size());
+  std::partial_sum(sizes.begin(), sizes.end(), ends.begin());
+  return tensor(ends).to(d);
+}
+
+// The end offsets of `tokens` tokens routed to top_k of `experts` at random (moe_permute of
+// random expert ids on the CPU): about tokens * top_k / experts rows per group, as in a model.
+Tensor routed_offsets(Device d, int64_t tokens, int64_t top_k, int64_t experts, uint64_t seed) {
+  return moe_permute(randint_on(Device::cpu(), 0, experts, {tokens, top_k}, kInt32, seed), experts).offsets.to(d);
+}
+
+// Group sizes with an empty first and last group, a single row, partial tiles of every height
+// and a group of several tiles; 11 rows past the last group.
+const std::vector<int32_t> kGroupSizes = {0, 1, 15, 64, 65, 200, 0};
+constexpr int64_t kRowsAfter = 11;
+
+// grouped_mm through the backend into an output pre-filled with 7 (the front end allocates an
+// uninitialised one): the rows past offs[-1] must still hold 7 on both devices.
+std::vector<Tensor> prefilled_rows_case(Device d, int64_t n, int64_t k, DType dt, uint64_t seed) {
+  const int64_t g = static_cast<int64_t>(kGroupSizes.size());
+  const int64_t t = std::accumulate(kGroupSizes.begin(), kGroupSizes.end(), int64_t{0}) + kRowsAfter;
+  const Tensor a = randn_on(d, {t, k}, dt, seed);
+  const Tensor b = randn_on(d, {g, n, k}, dt, seed + 1).transpose(1, 2);
+  const Tensor offs = offsets_of(d, kGroupSizes);
+  const Tensor out = full({t, n}, Scalar(7), dt, d);
+  if (d.is_cpu()) cpu::grouped_mm(a, b, offs, out);
+  else cuda::grouped_mm(a, b, offs, out);
+  return {out};
 }
 
 // Router inputs with wide top-k margins: token t leans on routing channel t % 4, whose router
@@ -112,6 +159,29 @@ EMBER_PARITY_CASE(moe_gmm_decode_f32_k_tail, { return rows_case(d, 12, 3, 40, 36
 EMBER_PARITY_CASE(moe_gmm_tiled_bf16_prefill, { return rows_case(d, 700, 8, 200, 136, kBFloat16, 4, 3); });
 EMBER_PARITY_CASE(moe_gmm_tiled_f16_empty_groups, { return rows_case(d, 300, 33, 72, 64, kFloat16, 5); });
 EMBER_PARITY_CASE(moe_gmm_tiled_f32_odd, { return rows_case(d, 133, 4, 45, 52, kFloat32, 6); });
+// v2 (mma.sync tiles). Its tile height comes from the mean rows per group and the grid size; on
+// the H200 (132 SMs) each case below takes the height in its name (bm16: fewer than 2 blocks
+// per SM at any larger height). Tensor-core sums truncate rather than round at each k16 step,
+// so with K >= 2048 (outputs ~45) the absolute tolerance near zero is 5e-3.
+EMBER_PARITY_CASE_TOL(moe_gmm_mma_bf16_bm16_k2048_unwritten_rows, 1e-2, 5e-3, {
+  return prefilled_rows_case(d, 1536, 2048, kBFloat16, 70);
+});
+EMBER_PARITY_CASE_TOL(moe_gmm_mma_f16_bm16_k2056_n200_unwritten_rows, 1e-3, 5e-3, {
+  return prefilled_rows_case(d, 200, 2056, kFloat16, 71);
+});
+EMBER_PARITY_CASE(moe_gmm_mma_bf16_bm16_k40_n128_unwritten_rows, { return prefilled_rows_case(d, 128, 40, kBFloat16, 72); });
+EMBER_PARITY_CASE(moe_gmm_mma_f16_bm64_k64_4096_rows_128_experts, {
+  const Tensor a = randn_on(d, {4096, 64}, kFloat16, 73), w = randn_on(d, {128, 768, 64}, kFloat16, 74);
+  const Tensor offs = routed_offsets(d, 512, 8, 128, 75);
+  return {grouped_mm(a, w.transpose(1, 2), offs)};
+});
+EMBER_PARITY_CASE(moe_gmm_mma_bf16_bm64_4096_random_rows_128_experts, { return rows_case(d, 4096, 128, 640, 136, kBFloat16, 76); });
+EMBER_PARITY_CASE(moe_gmm_mma_f16_bm32_4096_rows_256_experts, {
+  const Tensor a = randn_on(d, {4096, 72}, kFloat16, 77), w = randn_on(d, {256, 384, 72}, kFloat16, 78);
+  const Tensor offs = routed_offsets(d, 512, 8, 256, 79);
+  return {grouped_mm(a, w.transpose(1, 2), offs)};
+});
+EMBER_PARITY_CASE(moe_gmm_mma_bf16_bm128_2048_rows_16_experts, { return rows_case(d, 2048, 16, 2176, 64, kBFloat16, 80, 5); });
 EMBER_PARITY_CASE(moe_gmm_row_major_b_bf16, {
   const Tensor a = randn_on(d, {90, 64}, kBFloat16, 7), b = randn_on(d, {3, 64, 48}, kBFloat16, 8);
   const Tensor offs = random_offsets(d, 90, 3, 9);
@@ -140,12 +210,36 @@ EMBER_PARITY_CASE(moe_gmm_3d3d_f16, {
 });
 
 // ---- scaled_grouped_mm (FP8 experts) ------------------------------------------------------------
-EMBER_PARITY_CASE(moe_scaled_gmm_decode_tensorwise, { return scaled_case(d, 8, 64, 512, 1024, 0, false, 30); });
-EMBER_PARITY_CASE(moe_scaled_gmm_decode_rowwise, { return scaled_case(d, 3, 16, 300, 512, 1, false, 31); });
-EMBER_PARITY_CASE(moe_scaled_gmm_decode_block, { return scaled_case(d, 8, 32, 384, 528, 2, false, 32); });
-EMBER_PARITY_CASE(moe_scaled_gmm_decode_fp8_activations, { return scaled_case(d, 6, 8, 256, 256, 2, true, 33); });
-EMBER_PARITY_CASE(moe_scaled_gmm_tiled_block, { return scaled_case(d, 400, 4, 260, 384, 2, false, 34); });
-EMBER_PARITY_CASE(moe_scaled_gmm_tiled_rowwise_fp8_activations, { return scaled_case(d, 300, 3, 128, 256, 1, true, 35); });
+EMBER_PARITY_CASE(moe_scaled_gmm_decode_tensorwise, { return scaled_case(d, 8, 64, 512, 1024, 0, kBFloat16, 30); });
+EMBER_PARITY_CASE(moe_scaled_gmm_decode_rowwise, { return scaled_case(d, 3, 16, 300, 512, 1, kBFloat16, 31); });
+EMBER_PARITY_CASE(moe_scaled_gmm_decode_block, { return scaled_case(d, 8, 32, 384, 528, 2, kBFloat16, 32); });
+EMBER_PARITY_CASE(moe_scaled_gmm_decode_fp8_activations, { return scaled_case(d, 6, 8, 256, 256, 2, kFloat8_e4m3fn, 33); });
+EMBER_PARITY_CASE(moe_scaled_gmm_tiled_block, { return scaled_case(d, 400, 4, 260, 384, 2, kBFloat16, 34); });
+EMBER_PARITY_CASE(moe_scaled_gmm_tiled_rowwise_fp8_activations, { return scaled_case(d, 300, 3, 128, 256, 1, kFloat8_e4m3fn, 35); });
+
+// v2 with FP8 weights: decoded exactly, block scales on f32 partial sums. Outputs ~1000 (K 2064)
+// or ~300 (K 144, 272): absolute tolerances near zero scaled to that.
+EMBER_PARITY_CASE_TOL(moe_scaled_gmm_mma_tensorwise_bm16_k2064, 1e-2, 5e-2, {
+  return scaled_case(d, 300, 6, 200, 2064, 0, kBFloat16, 81);
+});
+EMBER_PARITY_CASE_TOL(moe_scaled_gmm_mma_rowwise_f16_bm32_4096_rows_256_experts, 2e-3, 1e-2, {
+  return scaled_case(d, 4096, 256, 384, 144, 1, kFloat16, 82, routed_offsets(d, 512, 8, 256, 83), kFloat16);
+});
+EMBER_PARITY_CASE_TOL(moe_scaled_gmm_mma_block_f32_out_bm64_4096_rows_128_experts, 2e-5, 2e-3, {
+  return scaled_case(d, 4096, 128, 600, 272, 2, kBFloat16, 84, routed_offsets(d, 512, 8, 128, 85), kFloat32);
+});
+EMBER_PARITY_CASE_TOL(moe_scaled_gmm_mma_block_f16_bm16_k2064_unwritten_rows, 1e-2, 5e-2, {
+  // Through the backend into a pre-filled output, like prefilled_rows_case; scale already [G, N/128, K/128].
+  const int64_t g = static_cast<int64_t>(kGroupSizes.size()), n = 256, k = 2064;
+  const int64_t t = std::accumulate(kGroupSizes.begin(), kGroupSizes.end(), int64_t{0}) + kRowsAfter;
+  const Tensor a = randn_on(d, {t, k}, kFloat16, 86);
+  const Tensor b = fp8_weights(d, g, n, k, 87).transpose(1, 2);
+  const Tensor scale = weight_scale(d, g, n, k, 2, 88), offs = offsets_of(d, kGroupSizes);
+  const Tensor out = full({t, n}, Scalar(7), kBFloat16, d);
+  if (d.is_cpu()) cpu::scaled_grouped_mm(a, b, Tensor(), scale, offs, out);
+  else cuda::scaled_grouped_mm(a, b, Tensor(), scale, offs, out);
+  return {out};
+});
 
 // ---- routing, permutation ------------------------------------------------------------------------
 EMBER_PARITY_CASE(moe_route_softmax_top8_of_128, {

@@ -41,6 +41,23 @@ EMBER_PARITY_CASE(reduce_amax_amin_any_all, {
   Tensor b = randint_on(d, 0, 2, {7, 4097}, kInt32, 34).to(kBool);
   return {amax(x, {1}), amin(x, {0}), amax(x.t(), {0}, true), any(b, {1}), all(b, {0}), amax(randint_on(d, -9, 9, {1, 7}, kInt8, 9), {1})};
 });
+// Shapes for the vectorised schedules: few long dense rows (split into chunks), many short
+// rows (several rows per block), dense columns with the reduced dim split over blocks, and
+// misaligned starts (a view from element 1) for the vector head/tail handling.
+EMBER_PARITY_CASE(reduce_dense_rows_vectorised, {
+  Tensor x = randn_on(d, {3, 300001}, kFloat32, 40);
+  Tensor h = randn_on(d, {4099, 33}, kBFloat16, 41);
+  Tensor i = randint_on(d, -50, 50, {5, 70001}, kInt32, 42);
+  return {sum(x, {1}), sum(x), amax(x.slice(1, 1, 300001), {1}), argmax(x, 1), sum(h, {1}).to(kFloat32),
+          amin(h.slice(1, 1, 33), {1}).to(kFloat32), sum(i, {1}), amax(i, {1}), mean(x.slice(1, 3, 299999), {1})};
+});
+EMBER_PARITY_CASE(reduce_dense_columns_vectorised, {
+  Tensor x = randn_on(d, {4096, 512}, kFloat32, 43);
+  Tensor h = randn_on(d, {20001, 24}, kFloat16, 44);
+  Tensor b = randint_on(d, 0, 2, {999, 77}, kInt32, 45).to(kBool);
+  return {sum(x, {0}), amax(x, {0}), argmin(x, 0), sum(x.slice(1, 1, 512), {0}), sum(x.t(), {1}), mean(h, {0}).to(kFloat32),
+          any(b, {0}), all(b.slice(1, 3, 77), {0}), sum(randn_on(d, {64, 3, 1000}, kFloat64, 46), {0, 1})};
+});
 EMBER_PARITY_CASE(reduce_argmax_argmin, {
   Tensor x = randn_on(d, {7, 4097}, kFloat32, 10);
   return {argmax(x, 1), argmin(x, 0), argmax(x.t(), 0, true), argmin(randint_on(d, 0, 3, {4097, 7}, kInt64, 11), 0)};
