@@ -188,7 +188,9 @@ Tensor scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const 
 /// (torch's top-left tril(ones(L, S))); not allowed together with attn_mask. scale defaults to
 /// 1/sqrt(E). A query row whose keys are all masked (false, -inf, or causal with S = 0) gives
 /// zeros, what torch's fused kernels return (torch's math backend gives NaN).
-/// On CUDA, E and Ev must be at most 256; any strides are read in place.
+/// On CUDA, E and Ev must be at most 256; any strides are read in place. The f16/bf16 prefill
+/// kernel (tensor cores) rounds the probabilities to q's dtype before multiplying by v, as
+/// FlashAttention does.
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     std::optional<Tensor> attn_mask = {}, bool is_causal = false,
                                     std::optional<double> scale = {}, bool enable_gqa = false);

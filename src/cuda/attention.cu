@@ -1,20 +1,26 @@
-// CUDA scaled dot-product attention: one flash-attention style kernel in two shapes, plus a
-// combine pass when the keys are split over several blocks.
+// CUDA scaled dot-product attention: flash-attention style kernels (online softmax, K/V streamed
+// through shared memory in tiles, nothing of size L x S ever stored), plus a combine pass when the
+// keys are split over several blocks.
 //
-// A block owns up to R query rows that share one k head and one v head: Lb consecutive query
-// positions of Gb consecutive q heads (prefill: 64 positions of one head; decode: the L <= 8
+// A block owns up to 64 query rows that share one k head and one v head: Lb consecutive query
+// positions of Gb consecutive q heads (prefill: 64 positions of one head; decode: the few
 // positions of every q head of a GQA group, so each K/V row is loaded once for all of them). It
-// walks its keys in tiles of KT rows: the K and V tiles are copied to shared memory (16-byte
-// loads when the rows allow it; any strides otherwise, read in place, so a narrowed KV cache
-// needs no copy), each thread computes an RPT x KPT block of scores from shared memory, then the
-// online softmax (running max and sum per row, in f32, or f64 for f64 inputs) rescales the
-// RPT x DPT block of the output it accumulates in registers, and the probabilities go through
-// shared memory into P.V. Scores live in base-2 units: q is pre-multiplied by scale * log2(e) and
-// an additive mask by log2(e), so every exponential is one exp2.
+// walks its keys in tiles: the K and V tiles are copied to shared memory (16-byte loads when the
+// rows allow it; any strides otherwise, read in place, so a narrowed KV cache needs no copy), the
+// scores of the tile are computed, the running max and sum of each row (online softmax, f32; f64
+// for f64 inputs) rescale the output accumulated in registers, and P V is added. Scores live in
+// base-2 units (scale * log2(e) folded in, the mask term times log2(e)): every exponential is one
+// exp2. Two kernels share this plan:
+//   - attention_kernel, on CUDA cores, any float dtype: each thread computes an RPT x KPT block of
+//     scores and an RPT x DPT block of the output; shapes for decode (16 rows, 128 threads),
+//     prefill (64 rows, 256 threads) and f64 (32-key tiles, so double tiles fit);
+//   - attention_mma_kernel, f16/bf16 with more than 16 query rows per kv head group (prefill) on
+//     sm_80+: mma.sync tensor-core products with f32 accumulation, the probabilities rounded to
+//     the input type for P V as FlashAttention does. EMBER_DISABLE_FAST_PATHS=1 turns it off.
 //
-// Split-K (flash-decoding): when the (batch, head, row tile) blocks alone cannot fill the GPU
-// (decode: L = 1, a few kv heads), the keys are cut into chunks handled by separate blocks that
-// write unnormalised partial outputs with their (max, sum); the combine kernel merges them.
+// Split-K (flash-decoding): when the row tiles alone cannot fill the GPU (decode: L = 1, a few kv
+// heads), the keys are cut into chunks handled by separate blocks that write unnormalised partial
+// outputs with their (max, sum); combine_kernel merges them.
 //
 // Masking: keys past S, keys after the query position (causal: top-left, key j <= query i), a
 // false bool mask element or a -inf additive one give score -inf. A row whose scores are all
@@ -172,6 +178,70 @@ __device__ __forceinline__ void load_tile(T* dst, int pitch, const T* src, int64
   }
 }
 
+/// The query rows and keys of one block. blockIdx.x = ((b * groups + head_group) * head_tiles +
+/// head_tile) * pos_tiles + pos_tile, the last position tile first (under causal masking it has
+/// the most keys); blockIdx.y is the key split. Row r of the tile is position r % Lb of head r / Lb.
+struct BlockTile {
+  int b, h0, heads_here, pos0, pos_here, kh, vh, key_begin, key_stop, Lb, Gb;
+  __device__ int head(int r) const { return h0 + r / Lb; }
+  __device__ int pos(int r) const { return pos0 + r % Lb; }
+  __device__ bool valid(int r) const { return r < Gb * Lb && r / Lb < heads_here && r % Lb < pos_here; }
+};
+
+__device__ BlockTile block_tile(const AttentionParams& p) {
+  BlockTile t;
+  int64_t bx = blockIdx.x;
+  const int pos_tile = p.pos_tiles - 1 - static_cast<int>(bx % p.pos_tiles);
+  bx /= p.pos_tiles;
+  const int head_tile = static_cast<int>(bx % p.head_tiles);
+  bx /= p.head_tiles;
+  const int groups = p.H / p.group;
+  const int head_group = static_cast<int>(bx % groups);
+  t.b = static_cast<int>(bx / groups);
+  const int first_head = head_group * p.group;
+  t.Lb = p.rows_per_head;
+  t.Gb = p.heads_per_tile;
+  t.h0 = first_head + head_tile * p.heads_per_tile;
+  t.heads_here = min(p.heads_per_tile, p.group - head_tile * p.heads_per_tile);
+  t.pos0 = pos_tile * p.rows_per_head;
+  t.pos_here = min(p.rows_per_head, p.L - t.pos0);
+  t.kh = first_head / p.group_k;
+  t.vh = first_head / p.group_v;
+  const int key_end = p.causal ? min(p.S, t.pos0 + t.pos_here) : p.S;
+  t.key_begin = blockIdx.y * p.split_chunk;
+  t.key_stop = min(key_end, t.key_begin + p.split_chunk);
+  return t;
+}
+
+/// Whether query row (valid, pos) attends key `key` (local index key_local < valid_keys), and
+/// its score in base-2 units: x plus the mask term, or -inf.
+template <class T, class Acc>
+__device__ __forceinline__ Acc masked_score(const AttentionParams& p, Acc x, bool valid, int pos, int64_t mask_row, int key_local,
+                                            int valid_keys, int key) {
+  const bool attend = valid && key_local < valid_keys && (!p.causal || key <= pos);
+  if (attend && p.mask_kind != kNoMask) x += mask_term<T, Acc>(p.mask, p.mask_kind, mask_row + key * p.mask_stride[3]);
+  return attend ? x : Acc(-INFINITY);
+}
+
+/// Writes a finished row: out = o / l (zeros when l is 0: every key masked), or, with split keys,
+/// the unnormalised o and (m, l) into the split's slot of the workspace.
+template <class T, class Acc>
+__device__ __forceinline__ void store_row_value(const AttentionParams& p, int b, int h, int pos, int c, Acc o, Acc l) {
+  if (p.splits == 1) {
+    T* out = static_cast<T*>(p.out) + b * p.out_stride[0] + h * p.out_stride[1] + pos * p.out_stride[2];
+    out[c * p.out_stride[3]] = from_acc<T>(l == Acc(0) ? Acc(0) : o / l);
+  } else {
+    const int64_t slot = blockIdx.y * static_cast<int64_t>(p.B) * p.H * p.L + (static_cast<int64_t>(b) * p.H + h) * p.L + pos;
+    static_cast<Acc*>(p.partial_out)[slot * p.Ev + c] = o;
+  }
+}
+template <class Acc> __device__ __forceinline__ void store_row_stats(const AttentionParams& p, int b, int h, int pos, Acc m, Acc l) {
+  if (p.splits == 1) return;
+  const int64_t slot = blockIdx.y * static_cast<int64_t>(p.B) * p.H * p.L + (static_cast<int64_t>(b) * p.H + h) * p.L + pos;
+  static_cast<Acc*>(p.partial_ml)[2 * slot] = m;
+  static_cast<Acc*>(p.partial_ml)[2 * slot + 1] = l;
+}
+
 // RPT rows x KPT keys of scores and RPT rows x DPT value columns per thread; RG row groups of KL
 // lanes (KL divides 32: a row group's reductions are warp shuffles).
 template <class T, class Acc, int RPT, int RG, int KL, int KPT, int DPT>
@@ -184,26 +254,8 @@ __global__ void __launch_bounds__(RG * KL) attention_kernel(const AttentionParam
   T* Vs = Ks + KT * p.Ep;                                  // [KT][Evs]
   Acc* Ps = reinterpret_cast<Acc*>(Vs + KT * p.Evs);       // [R][PS]
 
-  // Which rows and keys: blockIdx.x = ((b * groups + head_group) * head_tiles + head_tile) *
-  // pos_tiles + pos_tile, the last position tile first (with causal masking it has the most keys).
-  int64_t bx = blockIdx.x;
-  const int pos_tile = p.pos_tiles - 1 - static_cast<int>(bx % p.pos_tiles);
-  bx /= p.pos_tiles;
-  const int head_tile = static_cast<int>(bx % p.head_tiles);
-  bx /= p.head_tiles;
-  const int groups = p.H / p.group;
-  const int head_group = static_cast<int>(bx % groups), b = static_cast<int>(bx / groups);
-  const int first_head = head_group * p.group;
-  const int h0 = first_head + head_tile * p.heads_per_tile;
-  const int heads_here = min(p.heads_per_tile, p.group - head_tile * p.heads_per_tile);
-  const int pos0 = pos_tile * p.rows_per_head, pos_here = min(p.rows_per_head, p.L - pos0);
-  const int kh = first_head / p.group_k, vh = first_head / p.group_v;
-  const int key_end = p.causal ? min(p.S, pos0 + pos_here) : p.S;
-  const int key_begin = blockIdx.y * p.split_chunk, key_stop = min(key_end, key_begin + p.split_chunk);
-
-  auto row_head = [&](int r) { return h0 + r / p.rows_per_head; };
-  auto row_pos = [&](int r) { return pos0 + r % p.rows_per_head; };
-  auto row_valid = [&](int r) { return r < p.heads_per_tile * p.rows_per_head && r / p.rows_per_head < heads_here && r % p.rows_per_head < pos_here; };
+  const BlockTile tile = block_tile(p);
+  const int b = tile.b;
 
   // Q tile, scaled into base-2 units, zero past E and for rows outside the tile.
   const T* q = static_cast<const T*>(p.q);
@@ -211,8 +263,8 @@ __global__ void __launch_bounds__(RG * KL) attention_kernel(const AttentionParam
   for (int idx = threadIdx.x; idx < R * p.E4; idx += kThreads) {
     const int r = idx / p.E4, d = idx - r * p.E4;
     Acc val = 0;
-    if (d < p.E && row_valid(r)) {
-      const int64_t off = b * p.q_stride[0] + row_head(r) * p.q_stride[1] + row_pos(r) * p.q_stride[2] + d * p.q_stride[3];
+    if (d < p.E && tile.valid(r)) {
+      const int64_t off = b * p.q_stride[0] + tile.head(r) * p.q_stride[1] + tile.pos(r) * p.q_stride[2] + d * p.q_stride[3];
       val = to_acc<Acc>(q[off]) * scale_log2;
     }
     Qs[r * p.Ep + d] = val;
@@ -229,19 +281,19 @@ __global__ void __launch_bounds__(RG * KL) attention_kernel(const AttentionParam
 #pragma unroll
   for (int i = 0; i < RPT; ++i) {
     const int r = rg * RPT + i;
-    valid[i] = row_valid(r);
-    pos[i] = row_pos(r);
-    mask_row[i] = valid[i] ? b * p.mask_stride[0] + row_head(r) * p.mask_stride[1] + pos[i] * p.mask_stride[2] : 0;
+    valid[i] = tile.valid(r);
+    pos[i] = tile.pos(r);
+    mask_row[i] = valid[i] ? b * p.mask_stride[0] + tile.head(r) * p.mask_stride[1] + pos[i] * p.mask_stride[2] : 0;
     m[i] = Acc(-INFINITY);
     l[i] = 0;
 #pragma unroll
     for (int j = 0; j < DPT; ++j) o[i][j] = 0;
   }
 
-  const T* k = static_cast<const T*>(p.k) + b * p.k_stride[0] + kh * p.k_stride[1];
-  const T* v = static_cast<const T*>(p.v) + b * p.v_stride[0] + vh * p.v_stride[1];
-  for (int k0 = key_begin; k0 < key_stop; k0 += KT) {
-    const int valid_keys = min(KT, key_stop - k0);
+  const T* k = static_cast<const T*>(p.k) + b * p.k_stride[0] + tile.kh * p.k_stride[1];
+  const T* v = static_cast<const T*>(p.v) + b * p.v_stride[0] + tile.vh * p.v_stride[1];
+  for (int k0 = tile.key_begin; k0 < tile.key_stop; k0 += KT) {
+    const int valid_keys = min(KT, tile.key_stop - k0);
     __syncthreads();  // the previous tile's readers are done (and the Q tile is written)
     load_tile<T, kThreads>(Ks, p.Ep, k + k0 * p.k_stride[2], p.k_stride[2], p.k_stride[3], valid_keys, KT, p.E, p.vec_k);
     load_tile<T, kThreads>(Vs, p.Evs, v + k0 * p.v_stride[2], p.v_stride[2], p.v_stride[3], valid_keys, KT, p.Ev, p.vec_v);
@@ -271,11 +323,8 @@ __global__ void __launch_bounds__(RG * KL) attention_kernel(const AttentionParam
       Acc tile_max = Acc(-INFINITY);
 #pragma unroll
       for (int j = 0; j < KPT; ++j) {
-        const int key_local = lane + j * KL, key = k0 + key_local;
-        const bool attend = valid[i] && key_local < valid_keys && (!p.causal || key <= pos[i]);
-        Acc x = s[i][j];
-        if (attend && p.mask_kind != kNoMask) x += mask_term<T, Acc>(p.mask, p.mask_kind, mask_row[i] + key * p.mask_stride[3]);
-        s[i][j] = attend ? x : Acc(-INFINITY);
+        const int key_local = lane + j * KL;
+        s[i][j] = masked_score<T, Acc>(p, s[i][j], valid[i], pos[i], mask_row[i], key_local, valid_keys, k0 + key_local);
         tile_max = max_of(tile_max, s[i][j]);
       }
       const Acc m_new = max_of(m[i], group_max<KL>(tile_max));
@@ -316,34 +365,17 @@ __global__ void __launch_bounds__(RG * KL) attention_kernel(const AttentionParam
     }
   }
 
-  const int64_t rows_total = static_cast<int64_t>(p.B) * p.H * p.L;
 #pragma unroll
   for (int i = 0; i < RPT; ++i) {
     const Acc l_row = group_sum<KL>(l[i]);
     if (!valid[i]) continue;
-    const int r = rg * RPT + i, h = row_head(r);
-    if (p.splits == 1) {
-      T* out = static_cast<T*>(p.out) + b * p.out_stride[0] + h * p.out_stride[1] + pos[i] * p.out_stride[2];
-      const Acc inv = l_row == Acc(0) ? Acc(0) : Acc(1) / l_row;  // fully masked: zeros
+    const int h = tile.head(rg * RPT + i);
 #pragma unroll
-      for (int j = 0; j < DPT; ++j) {
-        const int c = lane + j * KL;
-        if (c < p.Ev) out[c * p.out_stride[3]] = from_acc<T>(o[i][j] * inv);
-      }
-    } else {
-      const int64_t row = (static_cast<int64_t>(b) * p.H + h) * p.L + pos[i];
-      const int64_t slot = blockIdx.y * rows_total + row;
-      Acc* po = static_cast<Acc*>(p.partial_out) + slot * p.Ev;
-#pragma unroll
-      for (int j = 0; j < DPT; ++j) {
-        const int c = lane + j * KL;
-        if (c < p.Ev) po[c] = o[i][j];
-      }
-      if (lane == 0) {
-        static_cast<Acc*>(p.partial_ml)[2 * slot] = m[i];
-        static_cast<Acc*>(p.partial_ml)[2 * slot + 1] = l_row;
-      }
+    for (int j = 0; j < DPT; ++j) {
+      const int c = lane + j * KL;
+      if (c < p.Ev) store_row_value<T>(p, b, h, pos[i], c, o[i][j], l_row);
     }
+    if (lane == 0) store_row_stats(p, b, h, pos[i], m[i], l_row);
   }
 }
 
@@ -380,6 +412,189 @@ template <class T, class Acc> __global__ void __launch_bounds__(kCombineThreads)
   }
 }
 
+// ---- tensor-core prefill (f16 / bf16, sm_80+): mma.sync m16n8k16 with f32 accumulation -----------
+// Four warps own 16 query rows each (64 per block); tiles of 64 keys. Q, K and V tiles sit in
+// shared memory as T with rows padded by 16 bytes (the fragment loads of 8 rows then touch 8
+// different bank groups). S = Q K^T comes from 32-bit fragment loads of Q and K; P = exp2(S - m)
+// is rounded to T in registers and becomes the A operand of P V directly (the accumulator layout
+// of two 16x8 score tiles is the A layout of one 16x16 tile); V's B fragments come from
+// ldmatrix.trans of the row-major V tile. Head dims are padded to 16 with zeros in shared memory.
+constexpr int kMmaRows = 64, kMmaKeys = 64, kMmaThreads = 128;
+
+template <class T> __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+/// Two consecutive elements (the lower index in the low half) as one 32-bit register.
+template <class T> __device__ __forceinline__ uint32_t load_pair(const T* p) { return *reinterpret_cast<const uint32_t*>(p); }
+template <class T> __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
+
+// D: head dims (E and Ev) rounded up to 16 are at most D; the pitch of every tile row is D + 8.
+template <class T, int D>
+__global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(const AttentionParams p) {
+  constexpr int DP = D + 8, NT = D / 8, KS = D / 16;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* Qs = reinterpret_cast<T*>(smem);  // [64][DP]
+  T* Ks = Qs + kMmaRows * DP;           // [64][DP]
+  T* Vs = Ks + kMmaKeys * DP;           // [64][DP]
+
+  const BlockTile tile = block_tile(p);
+  const int b = tile.b;
+  const int e16 = (p.E + 15) / 16 * 16, ev16 = (p.Ev + 15) / 16 * 16;
+  const int k_steps = e16 / 16, v_tiles = ev16 / 8;
+  const T* q = static_cast<const T*>(p.q);
+  for (int idx = threadIdx.x; idx < kMmaRows * e16; idx += kMmaThreads) {
+    const int r = idx / e16, d = idx - r * e16;
+    T val = zero_of<T>();
+    if (d < p.E && tile.valid(r))
+      val = q[b * p.q_stride[0] + tile.head(r) * p.q_stride[1] + tile.pos(r) * p.q_stride[2] + d * p.q_stride[3]];
+    Qs[r * DP + d] = val;
+  }
+  // Columns [E, e16) of K and [Ev, ev16) of V are read but never written by the tile loads.
+  const int k_pad = e16 - p.E, v_pad = ev16 - p.Ev;
+  for (int idx = threadIdx.x; idx < kMmaKeys * k_pad; idx += kMmaThreads) Ks[(idx / k_pad) * DP + p.E + idx % k_pad] = zero_of<T>();
+  for (int idx = threadIdx.x; idx < kMmaKeys * v_pad; idx += kMmaThreads) Vs[(idx / v_pad) * DP + p.Ev + idx % v_pad] = zero_of<T>();
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  // This thread's two rows: g and g + 8 of the warp's 16 (accumulator halves 0 and 1).
+  int row[2], pos[2];
+  bool valid[2];
+  int64_t mask_row[2];
+  float m[2], l[2];
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    row[hf] = warp * 16 + g + hf * 8;
+    valid[hf] = tile.valid(row[hf]);
+    pos[hf] = tile.pos(row[hf]);
+    mask_row[hf] = valid[hf] ? b * p.mask_stride[0] + tile.head(row[hf]) * p.mask_stride[1] + pos[hf] * p.mask_stride[2] : 0;
+    m[hf] = -INFINITY;
+    l[hf] = 0.f;
+  }
+  float o[NT][4];
+#pragma unroll
+  for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  const float scale_log2 = static_cast<float>(p.scale_log2);
+  // ldmatrix.x4.trans source row of this lane: matrix lane / 8 (keys 0-7 or 8-15 of a k step, value
+  // columns of n tile 2j or 2j + 1), row lane % 8.
+  const int ldm_key = (lane / 8 % 2) * 8 + lane % 8, ldm_col = (lane / 16) * 8;
+
+  const T* k = static_cast<const T*>(p.k) + b * p.k_stride[0] + tile.kh * p.k_stride[1];
+  const T* v = static_cast<const T*>(p.v) + b * p.v_stride[0] + tile.vh * p.v_stride[1];
+  for (int k0 = tile.key_begin; k0 < tile.key_stop; k0 += kMmaKeys) {
+    const int valid_keys = min(kMmaKeys, tile.key_stop - k0);
+    __syncthreads();  // the previous tile's readers are done (and the Q tile is written)
+    load_tile<T, kMmaThreads>(Ks, DP, k + k0 * p.k_stride[2], p.k_stride[2], p.k_stride[3], valid_keys, kMmaKeys, p.E, p.vec_k);
+    load_tile<T, kMmaThreads>(Vs, DP, v + k0 * p.v_stride[2], p.v_stride[2], p.v_stride[3], valid_keys, kMmaKeys, p.Ev, p.vec_v);
+    __syncthreads();
+
+    // S = Q K^T: 16 rows x 64 keys per warp, as 8 tiles of 16 x 8.
+    float s[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      if (ks < k_steps) {
+        const T* qa = Qs + (warp * 16 + g) * DP + ks * 16 + 2 * t;
+        const uint32_t a[4] = {load_pair(qa), load_pair(qa + 8 * DP), load_pair(qa + 8), load_pair(qa + 8 * DP + 8)};
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          const T* kb = Ks + (n * 8 + g) * DP + ks * 16 + 2 * t;
+          mma_16816<T>(s[n], a, load_pair(kb), load_pair(kb + 8));
+        }
+      }
+    }
+
+    // Online softmax per row half; element e of half hf of tile n is key n * 8 + 2t + e.
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key_local = n * 8 + 2 * t + e;
+          float& x = s[n][2 * hf + e];
+          x = masked_score<T, float>(p, x * scale_log2, valid[hf], pos[hf], mask_row[hf], key_local, valid_keys, k0 + key_local);
+          tile_max = fmaxf(tile_max, x);
+        }
+      tile_max = group_max<4>(tile_max);
+      const float m_new = fmaxf(m[hf], tile_max);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float alpha = exp2f(m[hf] - m_use);
+      m[hf] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[n][2 * hf + e];
+          x = exp2f(x - m_use);
+          sum += x;
+        }
+      l[hf] = l[hf] * alpha + sum;
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        o[n][2 * hf] *= alpha;
+        o[n][2 * hf + 1] *= alpha;
+      }
+    }
+
+    // O += P V, 16 keys per step (P is 0 and V zero-filled past valid_keys).
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      if (kk * 16 < valid_keys) {
+        const uint32_t a[4] = {pack_pair<T>(s[2 * kk][0], s[2 * kk][1]), pack_pair<T>(s[2 * kk][2], s[2 * kk][3]),
+                               pack_pair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_pair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int n = 0; n < NT; n += 2) {
+          if (n < v_tiles) {
+            const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(Vs + (kk * 16 + ldm_key) * DP + n * 8 + ldm_col));
+            uint32_t b0, b1, b2, b3;
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                         : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
+                         : "r"(addr));
+            mma_16816<T>(o[n], a, b0, b1);
+            mma_16816<T>(o[n + 1], a, b2, b3);
+          }
+        }
+      }
+    }
+  }
+
+  // Element e of half hf of tile n is value column n * 8 + 2t + e of row g + 8 hf.
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const float l_row = group_sum<4>(l[hf]);
+    if (!valid[hf]) continue;
+    const int h = tile.head(row[hf]);
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int c = n * 8 + 2 * t + e;
+        if (c < p.Ev) store_row_value<T>(p, b, h, pos[hf], c, o[n][2 * hf + e], l_row);
+      }
+    if (t == 0) store_row_stats(p, b, h, pos[hf], m[hf], l_row);
+  }
+}
+
+// ---- launch ----------------------------------------------------------------------------------------
 template <int RPT_, int RG_, int KL_, int KPT_> struct TileConfig {
   static constexpr int RPT = RPT_, RG = RG_, KL = KL_, KPT = KPT_;
   static constexpr int kThreads = RG * KL, kRows = RPT * RG, kKeys = KL * KPT;
@@ -388,21 +603,18 @@ using DecodeTiles = TileConfig<4, 4, 32, 2>;    // 16 rows (a GQA group's decode
 using PrefillTiles = TileConfig<4, 16, 16, 4>;  // 64 rows, 64 keys, 256 threads
 using Float64Tiles = TileConfig<4, 4, 32, 1>;   // 16 rows, 32 keys: double tiles fit the shared memory
 
-template <class T, class Acc, class Tiles, int EV_MAX>
-void launch(AttentionParams p, int device, const Tensor& out) {
-  auto kernel = attention_kernel<T, Acc, Tiles::RPT, Tiles::RG, Tiles::KL, Tiles::KPT, EV_MAX / Tiles::KL>;
-  constexpr int R = Tiles::kRows, KT = Tiles::kKeys;
-  const size_t smem = sizeof(Acc) * (static_cast<size_t>(R) * p.Ep + static_cast<size_t>(R) * (KT + 4)) +
-                      sizeof(T) * static_cast<size_t>(KT) * (p.Ep + p.Evs);
+/// Picks the row tiles (Lb positions x Gb heads of one group, at most `rows`) and the key splits
+/// for a kernel, then launches it (and the combine pass when the keys are split).
+template <class T, class Acc, class Kernel>
+void launch_tiles(Kernel kernel, AttentionParams p, int threads, size_t smem, int rows, int keys, int device, const Tensor& out) {
   const cudaDeviceProp& props = device_properties(device);
   EMBER_CHECK(smem <= props.sharedMemPerBlockOptin, kOp, "shared memory for head dims {} and {}: expected at most {} bytes, got {}",
               p.E, p.Ev, props.sharedMemPerBlockOptin, smem);
   if (smem > 48 * 1024)
     EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
 
-  // Row tiles: Lb positions of Gb heads of one group.
-  p.rows_per_head = std::min(p.L, R);
-  p.heads_per_tile = std::max(1, std::min(p.group, R / p.rows_per_head));
+  p.rows_per_head = std::min(p.L, rows);
+  p.heads_per_tile = std::max(1, std::min(p.group, rows / p.rows_per_head));
   p.head_tiles = (p.group + p.heads_per_tile - 1) / p.heads_per_tile;
   p.pos_tiles = (p.L + p.rows_per_head - 1) / p.rows_per_head;
   const int64_t blocks = static_cast<int64_t>(p.B) * (p.H / p.group) * p.head_tiles * p.pos_tiles;
@@ -410,18 +622,18 @@ void launch(AttentionParams p, int device, const Tensor& out) {
 
   // Split the keys when the row tiles leave SMs idle.
   int per_sm = 0;
-  EMBER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Tiles::kThreads, smem));
+  EMBER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
   const int64_t target = static_cast<int64_t>(std::max(per_sm, 1)) * props.multiProcessorCount;
   int64_t splits = 1;
-  if (blocks < target) splits = std::min<int64_t>({(target + blocks - 1) / blocks, (p.S + KT - 1) / KT, kMaxSplits});
+  if (blocks < target) splits = std::min<int64_t>({(target + blocks - 1) / blocks, (p.S + keys - 1) / keys, kMaxSplits});
   const int64_t per_split = (p.S + splits - 1) / splits;
-  p.split_chunk = static_cast<int>((per_split + KT - 1) / KT * KT);
+  p.split_chunk = static_cast<int>((per_split + keys - 1) / keys * keys);
   p.splits = static_cast<int>((p.S + p.split_chunk - 1) / p.split_chunk);
 
   const cudaStream_t stream = current_raw_stream(device);
   const int64_t rows_total = static_cast<int64_t>(p.B) * p.H * p.L;
   if (p.splits == 1) {
-    kernel<<<dim3(static_cast<unsigned>(blocks), 1), Tiles::kThreads, smem, stream>>>(p);
+    kernel<<<dim3(static_cast<unsigned>(blocks), 1), threads, smem, stream>>>(p);
     EMBER_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -429,15 +641,35 @@ void launch(AttentionParams p, int device, const Tensor& out) {
   DeviceBuffer workspace(sizeof(Acc) * static_cast<size_t>(p.splits * rows_total) * (p.Ev + 2), out.device());
   p.partial_out = workspace.get<Acc>();
   p.partial_ml = workspace.get<Acc>() + static_cast<size_t>(p.splits * rows_total) * p.Ev;
-  kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(p.splits)), Tiles::kThreads, smem, stream>>>(p);
+  kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(p.splits)), threads, smem, stream>>>(p);
   EMBER_CUDA_CHECK_LAUNCH();
   combine_kernel<T, Acc><<<static_cast<unsigned>(rows_total), kCombineThreads, 0, stream>>>(p);
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
-template <class T, class Acc, class Tiles> void launch_ev(const AttentionParams& p, int device, const Tensor& out) {
-  if (p.Ev <= 128) launch<T, Acc, Tiles, 128>(p, device, out);
-  else launch<T, Acc, Tiles, kMaxHeadDim>(p, device, out);
+template <class T, class Acc, class Tiles, int EV_MAX> void launch_cuda_cores(const AttentionParams& p, int device, const Tensor& out) {
+  constexpr int R = Tiles::kRows, KT = Tiles::kKeys;
+  const size_t smem = sizeof(Acc) * (static_cast<size_t>(R) * p.Ep + static_cast<size_t>(R) * (KT + 4)) +
+                      sizeof(T) * static_cast<size_t>(KT) * (p.Ep + p.Evs);
+  launch_tiles<T, Acc>(attention_kernel<T, Acc, Tiles::RPT, Tiles::RG, Tiles::KL, Tiles::KPT, EV_MAX / Tiles::KL>, p,
+                       Tiles::kThreads, smem, R, KT, device, out);
+}
+
+template <class T, class Acc, class Tiles> void launch_cuda_cores(const AttentionParams& p, int device, const Tensor& out) {
+  if (p.Ev <= 128) launch_cuda_cores<T, Acc, Tiles, 128>(p, device, out);
+  else launch_cuda_cores<T, Acc, Tiles, kMaxHeadDim>(p, device, out);
+}
+
+template <class T, int D> void launch_mma(const AttentionParams& p, int device, const Tensor& out) {
+  const size_t smem = sizeof(T) * static_cast<size_t>(kMmaRows + 2 * kMmaKeys) * (D + 8);
+  launch_tiles<T, float>(attention_mma_kernel<T, D>, p, kMmaThreads, smem, kMmaRows, kMmaKeys, device, out);
+}
+
+template <class T> void launch_mma(const AttentionParams& p, int device, const Tensor& out) {
+  const int d = std::max(p.E, p.Ev);
+  if (d <= 64) launch_mma<T, 64>(p, device, out);
+  else if (d <= 128) launch_mma<T, 128>(p, device, out);
+  else launch_mma<T, kMaxHeadDim>(p, device, out);
 }
 
 void copy_strides(const Tensor& x, int64_t (&dst)[4]) {
@@ -501,13 +733,18 @@ void scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor
     p.mask_kind = mask.dtype() == kBool ? kBoolMask : mask.dtype() == kFloat32 ? kFloat32Mask : kNativeMask;
   }
 
-  // Few query rows per kv head (decode): one block takes the rows of a whole GQA group.
+  // Few query rows per kv head (decode): one block takes the rows of a whole GQA group. Otherwise
+  // the tensor cores for f16/bf16 (sm_80+, unless EMBER_DISABLE_FAST_PATHS=1).
   const bool decode_tiles = static_cast<int64_t>(p.group) * p.L <= DecodeTiles::kRows;
-  if (d == kFloat64) return launch_ev<double, double, Float64Tiles>(p, device, out);
+  const bool tensor_cores = !decode_tiles && (d == kFloat16 || d == kBFloat16) && fast_paths_enabled(device, 80);
+  if (d == kFloat64) return launch_cuda_cores<double, double, Float64Tiles>(p, device, out);
   auto run = [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (decode_tiles) launch_ev<T, float, DecodeTiles>(p, device, out);
-    else launch_ev<T, float, PrefillTiles>(p, device, out);
+    if constexpr (!std::is_same_v<T, float>) {
+      if (tensor_cores) return launch_mma<T>(p, device, out);
+    }
+    if (decode_tiles) launch_cuda_cores<T, float, DecodeTiles>(p, device, out);
+    else launch_cuda_cores<T, float, PrefillTiles>(p, device, out);
   };
   if (d == kFloat32) run(type_tag<float>{});
   else if (d == kFloat16) run(type_tag<__half>{});
