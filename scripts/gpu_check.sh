@@ -2,7 +2,8 @@
 # One call on the GPU machine: build with CUDA (sm_90a there; CI compiles sm_80 too), run every
 # test, run the CUDA tests under compute-sanitizer (memcheck, racecheck), run the decode
 # benchmarks next to PyTorch. Logs go to $OUT (or ./out). Steps: all (default) or a list of
-# build tests sanitize bench (or one of bench-decode bench-core bench-linalg bench-moe), profile-moe.
+# build tests sanitize bench (or one of bench-decode bench-core bench-linalg bench-moe), bench-engine,
+# profile-moe, train.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out}; mkdir -p "$out"
@@ -67,10 +68,6 @@ bench_pair() {  # name, ember command, torch command
   eval "$2" >> "$out/bench.jsonl" 2>> "$out/bench.err"
   eval "$3" >> "$out/bench.jsonl" 2>> "$out/bench.err"
 }
-if has bench || has bench-decode; then  # DECODE_OPS: a subset of "gemv softmax scaled_mm"
-  ops=${DECODE_OPS:-gemv softmax scaled_mm}
-  bench_pair decode "python3 bench/shapes.py | grep -E '^(${ops// /|}) ' | ./build-gpu/bench/decode_bench" "(cd bench && python3 torch_decode.py $ops)"
-fi
 if has bench || has bench-linalg; then
   bench_pair linalg ./build-gpu/bench/linalg_bench "(cd bench && python3 torch_linalg.py)"
 fi
@@ -78,8 +75,21 @@ if has bench || has bench-moe; then  # MOE_TOKENS: a subset of "1 2 4 8 16 64 51
   tokens=${MOE_TOKENS:-1 2 4 8 16 64 512}
   bench_pair moe "for t in $tokens; do ./build-gpu/bench/moe_bench \$t; done" "(cd bench && python3 torch_moe.py $tokens)"
 fi
+if has bench || has bench-decode; then  # DECODE_OPS: a subset of "gemv softmax scaled_mm"
+  ops=${DECODE_OPS:-gemv softmax scaled_mm}
+  bench_pair decode "python3 bench/shapes.py | grep -E '^(${ops// /|}) ' | ./build-gpu/bench/decode_bench" "(cd bench && python3 torch_decode.py $ops)"
+fi
 if has bench || has bench-core; then
   bench_pair core ./build-gpu/bench/core_bench "python3 bench/torch_core.py"
+fi
+if has bench-engine; then
+  # The engine on Qwen3-30B-A3B's shapes with random weights (no download): prefill and decode
+  # tokens/s and peak memory, bf16 and FP8 experts/projections.
+  stamp "bench engine"
+  for dtype in bf16 fp8; do
+    timeout 120 ./build-gpu/tools/ember bench --random-weights bench/configs/qwen3-30b-a3b.json --device cuda --dtype $dtype \
+      --prompt-len 512 --gen-len 64 --json 2>> "$out/bench.err" | tee -a "$out/engine.jsonl"
+  done
 fi
 if has profile-moe; then
   # Per-kernel durations of the decode MoE layer (Qwen3-30B-A3B shapes, T=1) at normal clocks.
