@@ -595,23 +595,23 @@ TEST(CheckpointFixtureTest, TransformersTinyQwen3MoeInBothLayouts) {
 
   for (const std::string& dir : {fused_dir, hub_dir}) {
     const ModelConfig c = load_model_config(dir);
-    EXPECT_EQ(c.model_type, expected["model_type"]);
-    EXPECT_EQ(c.vocab_size, expected["vocab_size"]);
-    EXPECT_EQ(c.hidden_size, expected["hidden_size"]);
-    EXPECT_EQ(c.intermediate_size, expected["intermediate_size"]);
-    EXPECT_EQ(c.num_hidden_layers, expected["num_hidden_layers"]);
-    EXPECT_EQ(c.num_attention_heads, expected["num_attention_heads"]);
-    EXPECT_EQ(c.num_key_value_heads, expected["num_key_value_heads"]);
-    EXPECT_EQ(c.head_dim, expected["head_dim"]);
-    EXPECT_EQ(c.max_position_embeddings, expected["max_position_embeddings"]);
+    EXPECT_EQ(c.model_type, expected["model_type"].get<std::string>());
+    EXPECT_EQ(c.vocab_size, expected["vocab_size"].get<int64_t>());
+    EXPECT_EQ(c.hidden_size, expected["hidden_size"].get<int64_t>());
+    EXPECT_EQ(c.intermediate_size, expected["intermediate_size"].get<int64_t>());
+    EXPECT_EQ(c.num_hidden_layers, expected["num_hidden_layers"].get<int64_t>());
+    EXPECT_EQ(c.num_attention_heads, expected["num_attention_heads"].get<int64_t>());
+    EXPECT_EQ(c.num_key_value_heads, expected["num_key_value_heads"].get<int64_t>());
+    EXPECT_EQ(c.head_dim, expected["head_dim"].get<int64_t>());
+    EXPECT_EQ(c.max_position_embeddings, expected["max_position_embeddings"].get<int64_t>());
     EXPECT_DOUBLE_EQ(c.rms_norm_eps, expected["rms_norm_eps"].get<double>());
     EXPECT_DOUBLE_EQ(c.rope_theta, expected["rope_theta"].get<double>());
-    EXPECT_EQ(c.num_experts, expected["num_experts"]);
-    EXPECT_EQ(c.num_experts_per_tok, expected["num_experts_per_tok"]);
-    EXPECT_EQ(c.moe_intermediate_size, expected["moe_intermediate_size"]);
-    EXPECT_EQ(c.norm_topk_prob, expected["norm_topk_prob"]);
-    EXPECT_EQ(c.decoder_sparse_step, expected["decoder_sparse_step"]);
-    EXPECT_EQ(c.tie_word_embeddings, expected["tie_word_embeddings"]);
+    EXPECT_EQ(c.num_experts, expected["num_experts"].get<int64_t>());
+    EXPECT_EQ(c.num_experts_per_tok, expected["num_experts_per_tok"].get<int64_t>());
+    EXPECT_EQ(c.moe_intermediate_size, expected["moe_intermediate_size"].get<int64_t>());
+    EXPECT_EQ(c.norm_topk_prob, expected["norm_topk_prob"].get<bool>());
+    EXPECT_EQ(c.decoder_sparse_step, expected["decoder_sparse_step"].get<int64_t>());
+    EXPECT_EQ(c.tie_word_embeddings, expected["tie_word_embeddings"].get<bool>());
     EXPECT_EQ(c.bos_token_id, expected["bos_token_id"].get<int64_t>());
     EXPECT_EQ(c.eos_token_ids, expected["eos_token_ids"].get<std::vector<int64_t>>());
     EXPECT_EQ(c.dtype, kFloat32);
