@@ -135,7 +135,8 @@ std::unique_ptr<Model> load_model(const std::string& dir, ModelOptions options, 
                                   const std::function<void(const MemoryPlan&)>& on_plan = {});
 
 namespace models {
-// One file per architecture (engine/models/<model_type>.cpp).
+// One file per architecture (engine/models/<model_type>.cpp) saying how it uses the shared
+// decoder (engine/models/decoder.h).
 std::unique_ptr<Model> qwen3_moe(const ModelConfig& config, WeightSource& weights, const ModelOptions& options);
 std::unique_ptr<Model> qwen3(const ModelConfig& config, WeightSource& weights, const ModelOptions& options);
 std::unique_ptr<Model> llama(const ModelConfig& config, WeightSource& weights, const ModelOptions& options);
