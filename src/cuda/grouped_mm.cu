@@ -303,19 +303,28 @@ __device__ void tile_product(TileSmem<ST>& sm, const AT* a, int64_t a_rs, int64_
   __syncthreads();
 }
 
+/// The rows this block's row tile covers: group `group` (-1: a tile left over, nothing to do),
+/// rows [row0, min(row0 + bm, end)). Without offs one group spans all rows.
+struct RowTile {
+  int group;
+  int64_t row0, end;
+};
+__device__ __forceinline__ RowTile row_tile(const RowsProblem& p, const int32_t* ends, const int32_t* tile_map, int bm) {
+  if (!tile_map) return {0, static_cast<int64_t>(blockIdx.x) * bm, p.rows};
+  const int g = tile_map[2 * blockIdx.x];
+  if (g < 0) return {-1, 0, 0};
+  return {g, tile_map[2 * blockIdx.x + 1], ends[g]};
+}
+
 template <class AT, class BT, class OT>
 __global__ void __launch_bounds__(kTileThreads) tiled_kernel(RowsProblem p, const int32_t* __restrict__ ends,
                                                              const int32_t* __restrict__ tile_map) {
   using ST = typename Stage<AT>::type;
   __shared__ TileSmem<ST> sm;
-  int g = 0;
-  int64_t row0 = static_cast<int64_t>(blockIdx.x) * kBM, end = p.rows;
-  if (tile_map) {  // offs given: this tile's (group, first row), or nothing to do
-    g = tile_map[2 * blockIdx.x];
-    if (g < 0) return;
-    row0 = tile_map[2 * blockIdx.x + 1];
-    end = ends[g];
-  }
+  const RowTile tile = row_tile(p, ends, tile_map, kBM);
+  if (tile.group < 0) return;
+  const int g = tile.group;
+  const int64_t row0 = tile.row0, end = tile.end;
   const int64_t rows = min(int64_t{kBM}, end - row0);
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kBN, cols = min(int64_t{kBN}, p.n - n0);
   const AT* a = static_cast<const AT*>(p.a) + row0 * p.a_rs;
@@ -435,14 +444,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) mma_tile_kernel(RowsProblem p,
                                                                   const int32_t* __restrict__ tile_map, bool pair_store) {
   using S = MmaShape<BT, BM>;
   extern __shared__ __align__(128) unsigned char smem[];
-  int g = 0;
-  int64_t row0 = static_cast<int64_t>(blockIdx.x) * BM, end = p.rows;
-  if (tile_map) {  // offs given: this tile's (group, first row), or nothing to do
-    g = tile_map[2 * blockIdx.x];
-    if (g < 0) return;
-    row0 = tile_map[2 * blockIdx.x + 1];
-    end = ends[g];
-  }
+  const RowTile tile = row_tile(p, ends, tile_map, BM);
+  if (tile.group < 0) return;
+  const int g = tile.group;
+  const int64_t row0 = tile.row0, end = tile.end;
   const int rows = static_cast<int>(min(int64_t{BM}, end - row0));
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kMmaBN;
   const int cols = static_cast<int>(min(int64_t{kMmaBN}, p.n - n0));
