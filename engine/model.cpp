@@ -196,4 +196,15 @@ std::unique_ptr<Model> load_model(const std::string& dir, ModelOptions options, 
   return build_model(config, weights, options);
 }
 
+std::unique_ptr<Model> random_model(const ModelConfig& config, ModelOptions options, uint64_t seed,
+                                    const std::function<void(const MemoryPlan&)>& on_plan) {
+  options.max_seq_len = resolve_max_seq_len(config, options.max_seq_len);
+  const MemoryPlan memory = plan_memory(config, config_weight_bytes(config, options.dtype), options.device, options.dtype,
+                                        options.max_seq_len, options.max_batch);
+  if (on_plan) on_plan(memory);
+  check_fits(memory, options.device);
+  RandomWeights weights(seed);
+  return build_model(config, weights, options);
+}
+
 }  // namespace ember::engine

@@ -134,6 +134,11 @@ int64_t resolve_max_seq_len(const ModelConfig& config, int64_t max_seq_len);
 std::unique_ptr<Model> load_model(const std::string& dir, ModelOptions options, ProgressCallback progress = {},
                                   const std::function<void(const MemoryPlan&)>& on_plan = {});
 
+/// A model of `config` with RandomWeights(seed) (no checkpoint: benchmarks of models too large to
+/// download), planned and refused like load_model when it does not fit (config_weight_bytes).
+std::unique_ptr<Model> random_model(const ModelConfig& config, ModelOptions options, uint64_t seed = 0,
+                                    const std::function<void(const MemoryPlan&)>& on_plan = {});
+
 namespace models {
 // One file per architecture (engine/models/<model_type>.cpp) saying how it uses the shared
 // decoder (engine/models/decoder.h).

@@ -443,12 +443,7 @@ int run_bench(const BenchFlags& flags) {
   } else {
     fmt::print(stderr, "{} ({}) with random weights on {} as {}\n", flags.random_weights, config.model_type,
                options.device.str(), name(options.dtype));
-    const MemoryPlan plan = plan_memory(config, config_weight_bytes(config, options.dtype), options.device, options.dtype,
-                                        options.max_seq_len, options.max_batch);
-    fmt::print(stderr, "{}", plan.describe());
-    check_fits(plan, options.device);
-    RandomWeights weights(flags.seed);
-    model = build_model(config, weights, options);
+    model = random_model(config, options, flags.seed, [](const MemoryPlan& plan) { fmt::print(stderr, "{}", plan.describe()); });
   }
   const std::vector<int64_t> prompt =
       randint(0, config.vocab_size, {flags.prompt_len}, kInt64, Device::cpu(), flags.seed).to_vector<int64_t>();
