@@ -54,9 +54,11 @@ if has sanitize || has memcheck || has racecheck; then
   filter=${SANITIZE_FILTER:-'*Parity*:CudaRuntime.*-CudaRuntime.OutOfMemory*'}
   tools=""; { has sanitize || has memcheck; } && tools="memcheck"; { has sanitize || has racecheck; } && tools="$tools racecheck"
   for tool in $tools; do
-    timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 ./build-gpu/tests/ember_tests --gtest_brief=1 --gtest_filter="$filter" \
+    # Not brief: a run cut by the timeout still shows how many cases finished.
+    timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 ./build-gpu/tests/ember_tests --gtest_filter="$filter" \
       > "$out/sanitize-$tool.tmp" 2>&1
-    echo "$tool rc=$?"; grep -E "ERROR SUMMARY|tests ran|FAILED" "$out/sanitize-$tool.tmp" | tail -5
+    echo "$tool rc=$? ($(grep -c '^\[       OK \]' "$out/sanitize-$tool.tmp") cases passed, last: $(grep '^\[ RUN' "$out/sanitize-$tool.tmp" | tail -1))"
+    grep -E "ERROR SUMMARY|tests ran|FAILED|^=========" "$out/sanitize-$tool.tmp" | head -20
     { echo "==== $tool"; cat "$out/sanitize-$tool.tmp"; } >> "$out/sanitize.log"; rm -f "$out/sanitize-$tool.tmp"
   done
 fi
