@@ -22,7 +22,16 @@
 //       18.7 us (58% of HBM bandwidth), down 19.2 us (27%, a 64-bit division per load): layer
 //       61 us in the graph-replay benchmark.
 //   v2: candidates per lane from E (4 for E <= 128), router + route fused, down steps its
-//       (pair, chunk) without division and keeps 8 loads in flight. (this; to be measured)
+//       (pair, chunk) without division: layer 46.5 us (bf16). ncu: router 14 us, gate_up
+//       19.3 us (56% of HBM), down 16.6 us (32%). The SASS showed why: the router and down loops
+//       had ONE 16-byte load in flight per lane (each load converted before the next was
+//       issued, branches between them), and gate_up at 61 registers fit 4 blocks per SM, so its
+//       768 blocks ran as 1.45 waves.
+//   v3: every loop loads a batch raw (Raw8) before converting any (router 8 loads per lane,
+//       gate_up 2 per row, down 8), gate_up capped at 40 registers (6 blocks per SM: one wave),
+//       the top-k by warp max/min reductions of an unsigned order key, and gate_up and down
+//       launched as programmatic dependents (sm_90) so their launch overlaps the kernel before.
+//       (this; to be measured)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -53,6 +62,23 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// Programmatic dependent launch (sm_90+): a kernel launched with the attribute (launch_dependent
+// below) may start while the previous kernel on the stream still runs, once that kernel's blocks
+// have all called dependents_may_launch; it must call wait_for_previous_kernel before reading
+// what that kernel wrote (the wait returns when the previous grid has completed and its memory is
+// visible). This hides the launch and ramp between the three decode kernels. Without the
+// attribute, or below sm_90, both are no-ops.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void dependents_may_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
 // ---- routing ------------------------------------------------------------------------------------
 constexpr int kRouteWarps = 4;
 constexpr int kMaxPerLane = 32;  // E <= 1024
@@ -74,12 +100,12 @@ struct RouteArgs {
   float* sg = nullptr;
 };
 
-// Is (k1, e1) chosen before (k2, e2)? Larger key first, ties to the lower expert, NaN last.
-__device__ __forceinline__ bool before(float k1, int e1, float k2, int e2) {
-  const bool n1 = isnan(k1), n2 = isnan(k2);
-  if (n1 != n2) return n2;
-  if (n1) return e1 < e2;
-  return k1 > k2 || (k1 == k2 && e1 < e2);
+// Selection order as an unsigned key: larger keys first, NaN after every number, 0 for none
+// (ties go to the lower expert). -0 counts as +0, as in a float comparison.
+__device__ __forceinline__ uint32_t order_key(float k) {
+  if (isnan(k)) return 1u;
+  const uint32_t u = __float_as_uint(k + 0.f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // -inf gives 0x007FFFFF > 1
 }
 
 // One warp routes token t: scores, top-k, weights, and the shared expert's gate. EPL: experts
@@ -117,41 +143,36 @@ template <int EPL, class L, class X> __device__ void route_token(const RouteArgs
     const int e = lane + 32 * i;
     key[i] = score[i] + (a.bias && e < E ? a.bias[e] : 0.f);
   }
+  // k rounds: each lane's best remaining candidate (lowest expert first on equal keys), then the
+  // warp's best by two hardware reductions, max of the order key then min of the expert id,
+  // and the winner's score from its lane (v2 compared (key, expert) pairs over 5 shuffle steps
+  // of 4 shuffles each, ~20 warp ops per round instead of 3).
   uint32_t taken = 0;
   float chosen_score = 0.f, total = 0.f;
   int chosen_id = 0;
   for (int j = 0; j < a.k; ++j) {
-    bool valid = false;
-    float bk = 0.f, bs = 0.f;
-    int be = INT_MAX;
+    uint32_t best_key = 0;  // 0: no candidate left on this lane
+    int best_e = INT_MAX;
+    float best_score = 0.f;
 #pragma unroll
     for (int i = 0; i < EPL; ++i) {
       const int e = lane + 32 * i;
-      if (e < E && !((taken >> i) & 1u) && (!valid || before(key[i], e, bk, be))) {
-        valid = true;
-        bk = key[i];
-        bs = score[i];
-        be = e;
+      const uint32_t ok = order_key(key[i]);
+      if (e < E && !((taken >> i) & 1u) && ok > best_key) {
+        best_key = ok;
+        best_e = e;
+        best_score = score[i];
       }
     }
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) {
-      const bool ov = __shfl_xor_sync(0xffffffffu, valid, off);
-      const float ok = __shfl_xor_sync(0xffffffffu, bk, off), os = __shfl_xor_sync(0xffffffffu, bs, off);
-      const int oe = __shfl_xor_sync(0xffffffffu, be, off);
-      if (ov && (!valid || before(ok, oe, bk, be))) {
-        valid = true;
-        bk = ok;
-        bs = os;
-        be = oe;
-      }
-    }
-    if (be % 32 == lane) taken |= 1u << (be / 32);
+    const uint32_t top = __reduce_max_sync(0xffffffffu, best_key);
+    const int winner = static_cast<int>(__reduce_min_sync(0xffffffffu, best_key == top ? static_cast<uint32_t>(best_e) : UINT_MAX));
+    const float s = __shfl_sync(0xffffffffu, best_score, winner % 32);
+    if (winner % 32 == lane) taken |= 1u << (winner / 32);
     if (lane == j) {
-      chosen_score = bs;
-      chosen_id = be;
+      chosen_score = s;
+      chosen_id = winner;
     }
-    total += bs;
+    total += s;
   }
   const float norm = a.norm ? 1.f / (total + a.eps) : 1.f;
   if (lane < a.k) {
@@ -181,36 +202,47 @@ template <class F> void with_experts_per_lane(int64_t experts, F&& f) {
   else f(std::integral_constant<int, kMaxPerLane>{});
 }
 
-// The decode router: logits [T, E] f32 = x @ router^T, one warp per expert with all of its row's
-// 16-byte loads in flight (the router weight is small: latency, not bandwidth, decides), then the
-// last block to finish (ticket in the stream's zeroed scratch) routes every token. Replaces a
-// product kernel + route kernel pair (two launches, ~27 us on the H200 for E = 128, of which the
-// old 32-candidates-per-lane route kernel took 20 us).
-constexpr int kRouterWarps = 8, kRouterRows = 4;
+// The decode router: logits [T, E] f32 = x @ router^T, one warp per expert, then the last block
+// to finish (ticket in the stream's zeroed scratch) routes every token. Each lane issues all of
+// its row's loads (up to kRouterLoads 16-byte loads) before converting any: the router weight is
+// small (512 KB for E = 128, H = 2048), so one memory round trip, not bandwidth, decides.
+constexpr int kRouterWarps = 4, kRouterRows = 4, kRouterLoads = 8;
 
 template <int EPL, class X>
 __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteArgs a, const X* __restrict__ router, int64_t r_es,
                                                                          float* __restrict__ logits, unsigned* __restrict__ ticket) {
+  dependents_may_launch();  // gate_up's blocks may start (and wait) while this runs
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t e = static_cast<int64_t>(blockIdx.x) * kRouterWarps + warp;
   const X* x = static_cast<const X*>(a.x);
   if (e < a.experts) {
     const X* w = router + e * r_es;
     const int64_t chunks = a.hidden / 8;
+    float acc[kRouterRows];
     for (int64_t t0 = 0; t0 < a.tokens; t0 += kRouterRows) {
       const int nr = static_cast<int>(min(int64_t{kRouterRows}, a.tokens - t0));
-      float acc[kRouterRows] = {};
-#pragma unroll 8
-      for (int64_t c = lane; c < chunks; c += 32) {
-        float wf[8];
-        load8(w + c * 8, wf);
 #pragma unroll
-        for (int r = 0; r < kRouterRows; ++r) {
-          if (r < nr) {
-            float xf[8];
-            load8(x + (t0 + r) * a.x_ts + c * 8, xf);
+      for (int r = 0; r < kRouterRows; ++r) acc[r] = 0.f;
+      for (int64_t c0 = lane; c0 < chunks; c0 += kRouterLoads * 32) {
+        gmm::Raw8<X> wr[kRouterLoads];
 #pragma unroll
-            for (int i = 0; i < 8; ++i) acc[r] = fmaf(xf[i], wf[i], acc[r]);
+        for (int u = 0; u < kRouterLoads; ++u) {
+          const int64_t c = c0 + u * 32;
+          wr[u] = c < chunks ? gmm::load_raw8(w + c * 8) : gmm::Raw8<X>{};
+        }
+#pragma unroll
+        for (int u = 0; u < kRouterLoads; ++u) {
+          const int64_t c = c0 + u * 32;
+          if (c >= chunks) break;
+          float wf[8];
+          gmm::unpack8(wr[u], wf);
+#pragma unroll
+          for (int r = 0; r < kRouterRows; ++r) {
+            if (r < nr) {
+              float xf[8];
+              load8(x + (t0 + r) * a.x_ts + c * 8, xf);
+              acc[r] = gmm::dot8(xf, wf, acc[r]);
+            }
           }
         }
       }
@@ -384,33 +416,46 @@ struct DecodeArgs {
 };
 
 constexpr int kDecodeThreads = 256, kDecodeWarps = kDecodeThreads / 32;
+// 16-byte loads in flight per lane and weight row: 2 for 16-bit weights, 4 for FP8 (8-byte
+// loads), 1 for f32 (32-byte loads).
+template <class WT> constexpr int kRowLoads = sizeof(WT) == 1 ? 4 : (sizeof(WT) == 2 ? 2 : 1);
+constexpr int kMaxDecodeTopK = 32;  // the down kernel keeps a token's pairs in shared memory
 
 // One warp: h = silu(x . gate_row) * (x . up_row) for one intermediate channel i of expert e.
+// Each lane issues L chunks of both rows before converting any.
 template <class T, class WT>
 __device__ __forceinline__ void gate_up_channel(const T* x, const WT* g_row, const WT* u_row, int64_t hidden, const WeightScale& gs,
                                                 const WeightScale& us, int64_t e, int64_t i, T* h_out) {
+  constexpr int L = kRowLoads<WT>;
   const int lane = threadIdx.x % 32;
   const int64_t chunks = hidden / 8;
   const bool blocks = gs.kind == WeightScale::Block128;
   float g = 0.f, u = 0.f;
-#pragma unroll 4
-  for (int64_t c = lane; c < chunks; c += 32) {
-    float gf[8], uf[8], xf[8];
-    load8(g_row + c * 8, gf);
-    load8(u_row + c * 8, uf);
-    load8(x + c * 8, xf);
-    float dg = 0.f, du = 0.f;
+  for (int64_t c0 = lane; c0 < chunks; c0 += L * 32) {
+    gmm::Raw8<WT> gr[L], ur[L];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      dg = fmaf(xf[j], gf[j], dg);
-      du = fmaf(xf[j], uf[j], du);
+    for (int l = 0; l < L; ++l) {
+      const int64_t c = c0 + l * 32;
+      const bool in = c < chunks;
+      gr[l] = in ? gmm::load_raw8(g_row + c * 8) : gmm::Raw8<WT>{};
+      ur[l] = in ? gmm::load_raw8(u_row + c * 8) : gmm::Raw8<WT>{};
     }
-    if (blocks) {
-      dg *= block_scale(gs, e, i, c * 8);
-      du *= block_scale(us, e, i, c * 8);
+#pragma unroll
+    for (int l = 0; l < L; ++l) {
+      const int64_t c = c0 + l * 32;
+      if (c >= chunks) break;
+      float gf[8], uf[8], xf[8];
+      load8(x + c * 8, xf);  // x (a few KB, read by every warp) hits L1
+      gmm::unpack8(gr[l], gf);
+      gmm::unpack8(ur[l], uf);
+      float dg = gmm::dot8(xf, gf, 0.f), du = gmm::dot8(xf, uf, 0.f);
+      if (blocks) {
+        dg *= block_scale(gs, e, i, c * 8);
+        du *= block_scale(us, e, i, c * 8);
+      }
+      g += dg;
+      u += du;
     }
-    g += dg;
-    u += du;
   }
   for (int64_t kk = chunks * 8 + lane; kk < hidden; kk += 32) {
     const float xv = to_f(x[kk]);
@@ -422,8 +467,12 @@ __device__ __forceinline__ void gate_up_channel(const T* x, const WT* g_row, con
   if (lane == 0) *h_out = from_f<T>(silu_f(g) * u);
 }
 
+// Six blocks per SM (<= 40 registers): Qwen3-30B-A3B's T = 1 grid (8 pairs x 96 blocks) then
+// runs as one wave; at 4 blocks per SM (61 registers) it took 1.45 waves.
 template <class T, class WT>
-__global__ void __launch_bounds__(kDecodeThreads) gate_up_decode_kernel(DecodeArgs a) {
+__global__ void __launch_bounds__(kDecodeThreads, 6) gate_up_decode_kernel(DecodeArgs a) {
+  dependents_may_launch();  // the down kernel's blocks may start (and wait) while this runs
+  wait_for_previous_kernel();  // ids and weights come from the router kernel
   const int64_t slot = blockIdx.y, pairs = a.tokens * a.k;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kDecodeWarps + threadIdx.x / 32;
   T* h = static_cast<T*>(a.h) + slot * a.h_rs + i;
@@ -443,53 +492,87 @@ __global__ void __launch_bounds__(kDecodeThreads) gate_up_decode_kernel(DecodeAr
   }
 }
 
+// One warp per output channel n: sum over the token's pairs j of weights[j] * (down_e[n] . h_j),
+// plus the shared expert. The lane's work is the flattened (pair, chunk) list; it computes a
+// batch of 8 addresses (4 for f32) from the pairs' experts (kept in shared memory) and issues
+// all their weight loads before converting any; h comes from L1/L2 (a few KB).
 template <class T, class WT>
 __global__ void __launch_bounds__(kDecodeThreads) down_decode_kernel(DecodeArgs a) {
+  constexpr int L = sizeof(WT) == 4 ? 4 : 8;
+  __shared__ float pair_weight[kMaxDecodeTopK];
+  __shared__ int64_t pair_expert[kMaxDecodeTopK];
+  wait_for_previous_kernel();  // h comes from gate_up (and ids, weights from the router before it)
   const int lane = threadIdx.x % 32;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kDecodeWarps + threadIdx.x / 32;
-  if (n >= a.hidden) return;
   const int chunks = static_cast<int>(a.inter / 8);
   const int64_t pairs = a.tokens * a.k;
   const bool blocks = a.down_scale.kind == WeightScale::Block128;
+  const int work = a.k * chunks;
   for (int64_t t = 0; t < a.tokens; ++t) {
-    float acc = 0.f;
-    // (pair j, chunk c) flattened so the loads of different experts are in flight together; the
-    // lane steps its (j, c) by 32 chunks with a subtraction (v1 divided 64-bit indices per load,
-    // which with 15 warps per SM kept HBM at 27% of its bandwidth).
-    const int work = a.k * chunks;
-    int j = chunks > 0 ? lane / chunks : 0, c = chunks > 0 ? lane - j * chunks : 0;
-#pragma unroll 8
-    for (int idx = lane; idx < work; idx += 32) {
-      const int64_t slot = t * a.k + j, e = a.ids[slot];
-      float wf[8], hf[8];
-      load8(static_cast<const WT*>(a.down) + e * a.d_es + n * a.d_rs + c * 8, wf);
-      load8(static_cast<const T*>(a.h) + slot * a.h_rs + c * 8, hf);
-      float d = 0.f;
-#pragma unroll
-      for (int q = 0; q < 8; ++q) d = fmaf(wf[q], hf[q], d);
-      const float s = a.weights[slot] * column_scale(a.down_scale, e, n) * (blocks ? block_scale(a.down_scale, e, n, c * 8) : 1.f);
-      acc = fmaf(d, s, acc);
-      for (c += 32; c >= chunks; c -= chunks) ++j;
+    __syncthreads();  // the previous token's pair table is no longer read
+    for (int j = threadIdx.x; j < a.k; j += kDecodeThreads) {
+      const int64_t e = a.ids[t * a.k + j];
+      pair_expert[j] = e;
+      pair_weight[j] = a.weights[t * a.k + j];
     }
-    for (int64_t jt = 0; jt < a.k && chunks * 8 < a.inter; ++jt) {
-      const int64_t slot = t * a.k + jt, e = a.ids[slot];
-      const WT* w = static_cast<const WT*>(a.down) + e * a.d_es + n * a.d_rs;
-      const T* hr = static_cast<const T*>(a.h) + slot * a.h_rs;
+    __syncthreads();
+    if (n >= a.hidden) continue;
+    const T* h_t = static_cast<const T*>(a.h) + t * a.k * a.h_rs;
+    // Row n of every expert's down matrix; expert e's is at e * d_es from it (an offset from the
+    // kernel argument keeps the loads global ones; a pointer kept in shared memory made them generic).
+    const WT* down_n = static_cast<const WT*>(a.down) + n * a.d_rs;
+    float acc = 0.f;
+    int j = chunks > 0 ? lane / chunks : 0, c = chunks > 0 ? lane - j * chunks : 0;
+    for (int idx0 = lane; idx0 < work; idx0 += L * 32) {
+      gmm::Raw8<WT> wr[L];
+      int jj[L], cc[L];
+#pragma unroll
+      for (int l = 0; l < L; ++l) {  // addresses first (no memory dependence), then the loads
+        jj[l] = j;
+        cc[l] = c;
+        for (c += 32; c >= chunks; c -= chunks) ++j;
+      }
+#pragma unroll
+      for (int l = 0; l < L; ++l)
+        wr[l] = idx0 + l * 32 < work ? gmm::load_raw8(down_n + pair_expert[jj[l]] * a.d_es + cc[l] * 8) : gmm::Raw8<WT>{};
+#pragma unroll
+      for (int l = 0; l < L; ++l) {
+        if (idx0 + l * 32 >= work) break;
+        float wf[8], hf[8];
+        gmm::unpack8(wr[l], wf);
+        load8(h_t + jj[l] * a.h_rs + cc[l] * 8, hf);
+        const float d = gmm::dot8(wf, hf, 0.f);
+        const int64_t e = pair_expert[jj[l]];
+        const float s = pair_weight[jj[l]] * column_scale(a.down_scale, e, n) *
+                        (blocks ? block_scale(a.down_scale, e, n, cc[l] * 8) : 1.f);
+        acc = fmaf(d, s, acc);
+      }
+    }
+    for (int jt = 0; jt < a.k && chunks * 8 < a.inter; ++jt) {  // the tail of I % 8 elements
+      const int64_t e = pair_expert[jt];
+      const WT* w = down_n + e * a.d_es;
+      const T* hr = h_t + jt * a.h_rs;
       float d = 0.f;
       for (int64_t kk = chunks * 8 + lane; kk < a.inter; kk += 32) d = fmaf(to_f(w[kk]) * block_scale(a.down_scale, e, n, kk), to_f(hr[kk]), d);
-      acc = fmaf(d, a.weights[slot] * column_scale(a.down_scale, e, n), acc);
+      acc = fmaf(d, pair_weight[jt] * column_scale(a.down_scale, e, n), acc);
     }
     if (a.shared) {
       const T* w = static_cast<const T*>(a.s_down) + n * a.sd_rs;
       const T* hr = static_cast<const T*>(a.h) + (pairs + t) * a.h_rs;
       const int64_t s_chunks = a.s_inter / 8;
       float d = 0.f;
-      for (int64_t c = lane; c < s_chunks; c += 32) {
-        float wf[8], hf[8];
-        load8(w + c * 8, wf);
-        load8(hr + c * 8, hf);
+      for (int64_t c0 = lane; c0 < s_chunks; c0 += 2 * 32) {
+        gmm::Raw8<T> wr[2];
 #pragma unroll
-        for (int q = 0; q < 8; ++q) d = fmaf(wf[q], hf[q], d);
+        for (int l = 0; l < 2; ++l) wr[l] = c0 + l * 32 < s_chunks ? gmm::load_raw8(w + (c0 + l * 32) * 8) : gmm::Raw8<T>{};
+#pragma unroll
+        for (int l = 0; l < 2; ++l) {
+          if (c0 + l * 32 >= s_chunks) break;
+          float wf[8], hf[8];
+          gmm::unpack8(wr[l], wf);
+          load8(hr + (c0 + l * 32) * 8, hf);
+          d = gmm::dot8(wf, hf, d);
+        }
       }
       for (int64_t kk = s_chunks * 8 + lane; kk < a.s_inter; kk += 32) d = fmaf(to_f(w[kk]), to_f(hr[kk]), d);
       acc = fmaf(d, a.sg ? a.sg[t] : 1.f, acc);
@@ -506,6 +589,22 @@ bool rows_aligned(const Tensor& t, int64_t row_stride) {
 }
 int64_t round8(int64_t v) { return (v + 7) / 8 * 8; }
 unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>(std::clamp<int64_t>((n + threads - 1) / threads, 1, 65535)); }
+
+/// kernel<<<grid, block, 0, stream>>>(args...), as a programmatic dependent launch when `pdl`
+/// (the kernel must call wait_for_previous_kernel before reading the previous kernel's output).
+template <class... Params, class... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, bool pdl, const Args&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = pdl ? 1 : 0;
+  EMBER_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
+}
 
 // Calls f(T*) with the kernel element type of a float dtype.
 template <class F> void with_float(DType d, F&& f) {
@@ -637,7 +736,7 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
   const Tensor s_gate = shared ? options.shared->gate_up.narrow(0, 0, s_inter) : Tensor();
   const Tensor s_up = shared ? options.shared->gate_up.narrow(0, s_inter, s_inter) : Tensor();
   const bool fp8 = experts.gate.dtype() == kFloat8_e4m3fn;
-  const bool decode = pairs <= 128 && rows_aligned(x, x.stride(0)) && rows_aligned(router_weight, router_weight.stride(0)) &&
+  const bool decode = pairs <= 128 && k <= kMaxDecodeTopK && rows_aligned(x, x.stride(0)) && rows_aligned(router_weight, router_weight.stride(0)) &&
                       rows_aligned(experts.gate, experts.gate.stride(1)) &&
                       rows_aligned(experts.up, experts.up.stride(1)) && rows_aligned(experts.down, experts.down.stride(1)) &&
                       (experts.gate.stride(0) * static_cast<int64_t>(experts.gate.itemsize())) % 16 == 0 &&
@@ -701,21 +800,19 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
     a.out = out.raw_data(); a.o_ts = out.stride(0);
     const dim3 gu_grid(static_cast<unsigned>((std::max(inter, s_inter) + kDecodeWarps - 1) / kDecodeWarps), static_cast<unsigned>(slots));
     const auto down_blocks = static_cast<unsigned>((hidden + kDecodeWarps - 1) / kDecodeWarps);
+    const bool pdl = fast_paths_enabled(device, 90);
     with_float(x.dtype(), [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       if constexpr (!std::is_same_v<T, double>) {
         if (fp8) {
-          gate_up_decode_kernel<T, E4m3><<<gu_grid, kDecodeThreads, 0, stream>>>(a);
-          EMBER_CUDA_CHECK_LAUNCH();
-          down_decode_kernel<T, E4m3><<<down_blocks, kDecodeThreads, 0, stream>>>(a);
+          launch_dependent(gate_up_decode_kernel<T, E4m3>, gu_grid, kDecodeThreads, stream, pdl, a);
+          launch_dependent(down_decode_kernel<T, E4m3>, down_blocks, kDecodeThreads, stream, pdl, a);
         } else {
-          gate_up_decode_kernel<T, T><<<gu_grid, kDecodeThreads, 0, stream>>>(a);
-          EMBER_CUDA_CHECK_LAUNCH();
-          down_decode_kernel<T, T><<<down_blocks, kDecodeThreads, 0, stream>>>(a);
+          launch_dependent(gate_up_decode_kernel<T, T>, gu_grid, kDecodeThreads, stream, pdl, a);
+          launch_dependent(down_decode_kernel<T, T>, down_blocks, kDecodeThreads, stream, pdl, a);
         }
       }
     });
-    EMBER_CUDA_CHECK_LAUNCH();
     return;
   }
 

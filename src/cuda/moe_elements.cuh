@@ -6,6 +6,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/block_scale.h"
 #include "cuda/grouped_mm.h"
@@ -28,20 +29,34 @@ template <> __device__ __forceinline__ float from_f(float v) { return v; }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
 template <> __device__ __forceinline__ __half from_f(float v) { return __float2half_rn(v); }
 
-// Eight consecutive elements (16 bytes of a 16-bit type, 32 of f32, 8 of fp8) as floats; the
-// address is aligned to the load size.
-__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&f)[8]) {
-  const uint4 q = *reinterpret_cast<const uint4*>(p);
-  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+// Eight consecutive elements (16 bytes of a 16-bit type, 32 of f32, 8 of fp8), loaded raw and
+// unpacked to floats separately, so a kernel can issue a batch of loads before it converts any
+// (the loads then overlap; converting right after each load serialises them). The address is
+// aligned to the load size.
+template <class T> struct Raw8 { uint4 q; };             // 16-bit types
+template <> struct Raw8<float> { uint4 lo, hi; };
+template <> struct Raw8<E4m3> { uint2 q; };
+
+template <class T> __device__ __forceinline__ Raw8<T> load_raw8(const T* p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return {reinterpret_cast<const uint4*>(p)[0], reinterpret_cast<const uint4*>(p)[1]};
+  } else if constexpr (std::is_same_v<T, E4m3>) {
+    return {*reinterpret_cast<const uint2*>(p)};
+  } else {
+    return {*reinterpret_cast<const uint4*>(p)};
+  }
+}
+
+__device__ __forceinline__ void unpack8(const Raw8<__nv_bfloat16>& r, float (&f)[8]) {
+  const uint32_t w[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     f[2 * i] = __uint_as_float(w[i] << 16);
     f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
   }
 }
-__device__ __forceinline__ void load8(const __half* p, float (&f)[8]) {
-  const uint4 q = *reinterpret_cast<const uint4*>(p);
-  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+__device__ __forceinline__ void unpack8(const Raw8<__half>& r, float (&f)[8]) {
+  const uint32_t w[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     __half2 h;
@@ -51,13 +66,13 @@ __device__ __forceinline__ void load8(const __half* p, float (&f)[8]) {
     f[2 * i + 1] = v.y;
   }
 }
-__device__ __forceinline__ void load8(const float* p, float (&f)[8]) {
-  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
-  f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+__device__ __forceinline__ void unpack8(const Raw8<float>& r, float (&f)[8]) {
+  const uint32_t w[8] = {r.lo.x, r.lo.y, r.lo.z, r.lo.w, r.hi.x, r.hi.y, r.hi.z, r.hi.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] = __uint_as_float(w[i]);
 }
-__device__ __forceinline__ void load8(const E4m3* p, float (&f)[8]) {
-  const uint2 q = *reinterpret_cast<const uint2*>(p);
-  const uint32_t w[2] = {q.x, q.y};
+__device__ __forceinline__ void unpack8(const Raw8<E4m3>& r, float (&f)[8]) {
+  const uint32_t w[2] = {r.q.x, r.q.y};
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
 #pragma unroll
@@ -68,6 +83,15 @@ __device__ __forceinline__ void load8(const E4m3* p, float (&f)[8]) {
       f[i * 4 + h * 2 + 1] = v.y;
     }
   }
+}
+
+template <class T> __device__ __forceinline__ void load8(const T* p, float (&f)[8]) { unpack8(load_raw8(p), f); }
+
+/// sum_i a[i] * b[i] over eight unpacked elements, added to acc.
+__device__ __forceinline__ float dot8(const float (&a)[8], const float (&b)[8], float acc) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc = fmaf(a[i], b[i], acc);
+  return acc;
 }
 
 /// The 128x128 block scale of weight element (n, k) of expert g; 1 for the other kinds.

@@ -236,13 +236,23 @@ ReuseOutcome free_while_consumer_reads(bool record_stream) {
   std::iota(out.overwrite.begin(), out.overwrite.end(), -1.0e6f);
   cuda::synchronize();
   cuda::empty_cache();
+  // The process's first device-to-device copy of this size waits for every running kernel, the
+  // consumer's flag wait included (seen on the H200 with plain CUDA calls: the first 1 MiB D2D
+  // cudaMemcpyAsync after the flag kernel started took the flag's whole time bound, a copy kernel
+  // or a second D2D copy did not; the driver loading its copy kernel lazily fits). One copy of the
+  // same size beforehand keeps that out of the scenario.
+  {
+    const Tensor warm = zeros({static_cast<int64_t>(n)}, kFloat32, Device::cuda());
+    const Tensor warm_copy = empty({static_cast<int64_t>(n)}, kFloat32, Device::cuda());
+    cuda::copy_bytes(warm_copy.raw_data(), Device::cuda(), warm.raw_data(), Device::cuda(), warm.nbytes());
+    cuda::synchronize();
+  }
   const cuda::Stream producer = cuda::get_stream_from_pool(), consumer = cuda::get_stream_from_pool();
   Tensor buffer, result, overwrite_source;
   {
     cuda::StreamGuard guard(producer);
-    // The overwrite is a device-to-device copy: a copy from pageable host memory was seen to wait
-    // for the consumer's event on the H200's driver (5 s, the flag kernel's bound), which says
-    // nothing about the allocator.
+    // The overwrite is a device-to-device copy, issued asynchronously (a copy from pageable host
+    // memory may wait for the device).
     overwrite_source = tensor<float>(out.overwrite).to(Device::cuda());
     Tensor spare = record_stream ? empty({static_cast<int64_t>(n)}, kFloat32, Device::cuda()) : Tensor();
     buffer = tensor<float>(out.original).to(Device::cuda());

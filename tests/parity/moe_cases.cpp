@@ -5,6 +5,7 @@
 // layouts on each kernel; the fused layer its decode (<= 128 pairs) and prefill paths. Only rows
 // inside the groups are compared, or a pre-filled output whose rows past offs[-1] must survive.
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -255,6 +256,22 @@ EMBER_PARITY_CASE(moe_route_sigmoid_bias_scaled_bf16, {
 EMBER_PARITY_CASE(moe_route_1000_experts_unnormalised, {
   auto [w, ids] = moe_route(randn_on(d, {3, 1000}, kFloat32, 43), MoeRouteOptions{.top_k = 32, .norm_topk = false});
   return {w, ids};
+});
+// Integer-valued logits tie often (ties go to the lower expert), NaN sorts after every number,
+// infinities and signed zeros in the keys: the CUDA top-k reduces an unsigned order key.
+EMBER_PARITY_CASE(moe_route_ties_nan_infinities, {
+  std::vector<float> v(12 * 40);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(static_cast<int>((i * 7919) % 5) - 2);
+  for (const size_t i : {3, 90, 91, 200, 201, 202}) v[i] = std::numeric_limits<float>::quiet_NaN();
+  v[45] = -std::numeric_limits<float>::infinity();
+  v[46] = std::numeric_limits<float>::infinity();
+  v[130] = -0.f;
+  const Tensor logits = tensor<float>(v).reshape({12, 40}).to(d);
+  const Tensor bias = tensor<float>(std::vector<float>(40, 0.f)).to(d);  // adds +0 to every -0 key
+  auto [w, ids] = moe_route(logits, MoeRouteOptions{.top_k = 7, .scoring = MoeScoring::Sigmoid, .norm_topk = false,
+                                                    .expert_bias = bias});
+  auto [w2, ids2] = moe_route(logits, MoeRouteOptions{.top_k = 5});
+  return {w, ids, w2, ids2};
 });
 EMBER_PARITY_CASE(moe_permute_many_pairs, {
   const MoePermutation p = moe_permute(randint_on(d, 0, 60, {700, 8}, kInt64, 44), 64);  // experts 60..63 empty
