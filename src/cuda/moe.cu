@@ -38,6 +38,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <string>
 
 #include "backend.h"
 #include "cuda/grouped_mm.h"
@@ -590,6 +592,18 @@ bool rows_aligned(const Tensor& t, int64_t row_stride) {
 int64_t round8(int64_t v) { return (v + 7) / 8 * 8; }
 unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>(std::clamp<int64_t>((n + threads - 1) / threads, 1, 65535)); }
 
+// EMBER_MOE_PATH=decode|grouped forces the decode kernels or the grouped path (permutation +
+// grouped products) so benchmarks can compare them on one shape; unset, the layer picks by size.
+enum class MoePath { Auto, Decode, Grouped };
+MoePath forced_moe_path() {
+  const char* value = std::getenv("EMBER_MOE_PATH");
+  if (value == nullptr || *value == '\0') return MoePath::Auto;
+  const std::string v = value;
+  if (v == "decode") return MoePath::Decode;
+  if (v == "grouped") return MoePath::Grouped;
+  fail("moe_layer", "EMBER_MOE_PATH: expected decode or grouped, got {}", v);
+}
+
 /// kernel<<<grid, block, 0, stream>>>(args...), as a programmatic dependent launch when `pdl`
 /// (the kernel must call wait_for_previous_kernel before reading the previous kernel's output).
 template <class... Params, class... Args>
@@ -736,13 +750,19 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
   const Tensor s_gate = shared ? options.shared->gate_up.narrow(0, 0, s_inter) : Tensor();
   const Tensor s_up = shared ? options.shared->gate_up.narrow(0, s_inter, s_inter) : Tensor();
   const bool fp8 = experts.gate.dtype() == kFloat8_e4m3fn;
-  const bool decode = pairs <= 128 && k <= kMaxDecodeTopK && rows_aligned(x, x.stride(0)) && rows_aligned(router_weight, router_weight.stride(0)) &&
+  const bool decode_fits = pairs <= 128 && k <= kMaxDecodeTopK && rows_aligned(x, x.stride(0)) && rows_aligned(router_weight, router_weight.stride(0)) &&
                       rows_aligned(experts.gate, experts.gate.stride(1)) &&
                       rows_aligned(experts.up, experts.up.stride(1)) && rows_aligned(experts.down, experts.down.stride(1)) &&
                       (experts.gate.stride(0) * static_cast<int64_t>(experts.gate.itemsize())) % 16 == 0 &&
                       (experts.down.stride(0) * static_cast<int64_t>(experts.down.itemsize())) % 16 == 0 &&
                       experts.gate.stride(0) == experts.up.stride(0) &&
                       (!shared || (rows_aligned(s_gate, s_gate.stride(0)) && rows_aligned(options.shared->down, options.shared->down.stride(0))));
+
+  const MoePath forced = forced_moe_path();
+  EMBER_CHECK(forced != MoePath::Decode || decode_fits, "moe_layer",
+              "EMBER_MOE_PATH=decode: expected at most 128 (token, expert) pairs, top_k <= {} and 16-byte aligned rows, got {} "
+              "pairs, top_k {}", kMaxDecodeTopK, pairs, k);
+  const bool decode = forced == MoePath::Auto ? decode_fits : forced == MoePath::Decode;
 
   // Router: logits [T, E] f32 = x @ router^T (f32 accumulate and output), then routing.
   const Tensor logits = empty({t, e}, kFloat32, dev);
