@@ -762,7 +762,11 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
   EMBER_CHECK(forced != MoePath::Decode || decode_fits, "moe_layer",
               "EMBER_MOE_PATH=decode: expected at most 128 (token, expert) pairs, top_k <= {} and 16-byte aligned rows, got {} "
               "pairs, top_k {}", kMaxDecodeTopK, pairs, k);
-  const bool decode = forced == MoePath::Auto ? decode_fits : forced == MoePath::Decode;
+  // The decode kernels read one expert matrix per (token, expert) pair, the grouped path one
+  // per distinct expert: once pairs outnumber the experts, reuse wins. Measured on the H200
+  // (docs/PERF.md, both paths forced): LFM2-8B (E = 32, top-4) at T = 16 grouped 230 us vs
+  // decode 580 us; Qwen3-30B (E = 128, top-8) at T = 8 decode 261 us vs grouped 281 us.
+  const bool decode = forced == MoePath::Auto ? decode_fits && pairs <= e : forced == MoePath::Decode;
 
   // Router: logits [T, E] f32 = x @ router^T (f32 accumulate and output), then routing.
   const Tensor logits = empty({t, e}, kFloat32, dev);
