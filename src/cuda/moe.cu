@@ -31,7 +31,8 @@
 //       gate_up 2 per row, down 8), gate_up capped at 40 registers (6 blocks per SM: one wave),
 //       the top-k by warp max/min reductions of an unsigned order key, and gate_up and down
 //       launched as programmatic dependents (sm_90) so their launch overlaps the kernel before.
-//       (this; to be measured)
+//       Layer T=1: 41.7 us bf16, 35.2 us FP8 (43.1 / 36.0 without the dependent launches);
+//       ncu still gives gate_up ~21 us and down ~20 us, far from HBM speed. (this)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>

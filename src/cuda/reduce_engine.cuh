@@ -37,7 +37,9 @@
 //   v2 (dense rows: 32-256 threads per row, 16-byte vectors, 4 in flight, one accumulator per
 //     vector lane; dense columns: 32x8 blocks of 16-byte column vectors, reduced dim split over
 //     blockIdx.y; splits sized to four whole waves from the occupancy API; second passes
-//     combine partials in order): to be measured.
+//     combine partials in order): sum f32 last dim 66 us (torch 81), first dim 79 us (torch 74),
+//     all 76 us (torch 70), amax bf16 last dim 41 us (torch 78), transposed 79 us (torch 75),
+//     argmax f32 98 us (torch 121).
 #pragma once
 
 #include <optional>

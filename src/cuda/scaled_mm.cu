@@ -22,7 +22,9 @@
 // Versions tried (H200, 1 x 4096 x 14336): v1 chose 128-thread groups below N = 16896 (2 loads
 // per thread in flight): 28 us, 2.1 TB/s, 0.63x torch 2.11's 17.6 us. v2 takes 32-thread groups
 // down to N = 8 warps per SM: 17.5 us (3.35 TB/s; two fp8x2 -> half2 -> float2 conversions per
-// weight and activation pair bound it). v3 fp8_mma_gemv: no conversions at all (to be measured).
+// weight and activation pair bound it). v3 fp8_mma_gemv (mma.sync e4m3): 17.5 us again, because
+// Hopper has no FP8 mma.sync: for sm_90a ptxas lowers it to conversions + HMMA.16816 (the SASS
+// shows it; Hopper's FP8 tensor cores are reached through wgmma only). Native on sm_89.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
