@@ -8,9 +8,10 @@
 namespace ember::engine {
 
 Tensor RmsNorm::operator()(const Tensor& x) const {
-  const Tensor x32 = x.to(kFloat32);                                     // [..., N] float32
-  const Tensor variance = mean(x32 * x32, {-1}, /*keepdim=*/true);       // [..., 1]
-  return weight * (x32 * rsqrt(variance + eps)).to(x.dtype());           // [..., N]
+  // One fused op (was 7 launches: cast, square, mean, add, rsqrt, product, cast, weight). It
+  // rounds once, as torch's F.rms_norm does; transformers' module rounds x * rsqrt(var + eps)
+  // to x's dtype before the weight product: identical in float32, within a bf16 ulp otherwise.
+  return rms_norm(x, {x.size(-1)}, weight.to(x.dtype()), eps);  // [..., N]
 }
 
 std::vector<float> rope_inv_freq(const ModelConfig& config) {
