@@ -59,10 +59,9 @@ Rope Rope::make(const ModelConfig& config, int64_t max_seq_len, DType dtype, Dev
 }
 
 Tensor Rope::operator()(const Tensor& x, int64_t start_pos) const {
-  const int64_t length = x.size(2), half = x.size(3) / 2;
+  const int64_t length = x.size(2);
   const Tensor c = cos.narrow(0, start_pos, length), s = sin.narrow(0, start_pos, length);  // [L, D]
-  const Tensor rotated = cat({-x.narrow(3, half, half), x.narrow(3, 0, half)}, 3);          // [B, heads, L, D]
-  return x * c + rotated * s;                                                               // [B, heads, L, D]
+  return apply_rotary_emb(x, c, s);  // [B, heads, L, D]: x * c + rotate_half(x) * s, one launch
 }
 
 namespace {

@@ -1,4 +1,5 @@
-// Parity cases for the CUDA rms_norm kernels (warp per row up to 2048 wide, block per row above).
+// Parity cases for the CUDA rms_norm kernels (warp per row up to 2048 wide, block per row above)
+// and the rotary embedding kernel.
 #include "parity/harness.h"
 
 using namespace ember;
@@ -17,4 +18,13 @@ EMBER_PARITY_CASE(rms_norm_odd_widths_no_weight_two_dims, {
   return {rms_norm(randn_on(d, {7, 4097}, kBFloat16, 8), {4097}), rms_norm(randn_on(d, {3, 1}, kFloat32, 9), {1}),
           rms_norm(randn_on(d, {2, 5, 33}, kFloat16, 10), {5, 33}), rms_norm(randn_on(d, {600, 2049}, kFloat32, 11), {2049}),
           rms_norm(randn_on(d, {4, 16}, kFloat32, 12).t(), {4})};
+});
+
+// Rotary embedding (one thread per element).
+EMBER_PARITY_CASE(rotary_emb_bf16_f32_f16, {
+  return {apply_rotary_emb(randn_on(d, {2, 8, 5, 128}, kBFloat16, 20), randn_on(d, {5, 128}, kBFloat16, 21),
+                           randn_on(d, {5, 128}, kBFloat16, 22)),
+          apply_rotary_emb(randn_on(d, {3, 7, 64}, kFloat32, 23).transpose(0, 1), randn_on(d, {3, 64}, kFloat32, 24),
+                           randn_on(d, {3, 64}, kFloat32, 25)),
+          apply_rotary_emb(randn_on(d, {1, 1, 2}, kFloat16, 26), randn_on(d, {1, 2}, kFloat16, 27), randn_on(d, {1, 2}, kFloat16, 28))};
 });
