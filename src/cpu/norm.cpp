@@ -33,12 +33,8 @@ void rms_norm(const Tensor& x, const Tensor& weight, double eps, const Tensor& o
           yr[i] = T(w ? y * static_cast<C>(w[i]) : y);
         }
       };
-      if (rows > 1 && rows * n >= kParallelGrain) {
-#pragma omp parallel for schedule(static)
-        for (int64_t r = 0; r < rows; ++r) row(r);
-      } else {
-        for (int64_t r = 0; r < rows; ++r) row(r);
-      }
+#pragma omp parallel for schedule(static) if (rows > 1 && rows * n >= kParallelGrain)
+      for (int64_t r = 0; r < rows; ++r) row(r);
     }
   });
 }

@@ -30,12 +30,8 @@ void rotary_emb(const Tensor& x, const Tensor& cos, const Tensor& sin, const Ten
         }
       };
       const int64_t vectors = rows * length;
-      if (vectors > 1 && vectors * dim >= kParallelGrain) {
-#pragma omp parallel for schedule(static)
-        for (int64_t rl = 0; rl < vectors; ++rl) position(rl);
-      } else {
-        for (int64_t rl = 0; rl < vectors; ++rl) position(rl);
-      }
+#pragma omp parallel for schedule(static) if (vectors > 1 && vectors * dim >= kParallelGrain)
+      for (int64_t rl = 0; rl < vectors; ++rl) position(rl);
     }
   });
 }
