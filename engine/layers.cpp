@@ -11,7 +11,7 @@ Tensor RmsNorm::operator()(const Tensor& x) const {
   // One fused op (was 7 launches: cast, square, mean, add, rsqrt, product, cast, weight). It
   // rounds once, as torch's F.rms_norm does; transformers' module rounds x * rsqrt(var + eps)
   // to x's dtype before the weight product: identical in float32, within a bf16 ulp otherwise.
-  return rms_norm(x, {x.size(-1)}, weight.to(x.dtype()), eps);  // [..., N]
+  return rms_norm(x, {x.size(-1)}, weight, eps);  // [..., N]; weight is loaded in the activation dtype
 }
 
 std::vector<float> rope_inv_freq(const ModelConfig& config) {

@@ -12,8 +12,9 @@
 //   generic     anything else (older GPUs, other layouts, e5m2 x e5m2, fp8 output): decode both
 //               operands to f32, one cuBLAS f32 GEMM, then the scale/bias/cast epilogue kernel.
 //   fp8_mma_gemv M <= 16 on compute capability >= 8.9 (fast paths enabled), same layouts: the
-//               dot products run on the FP8 tensor cores (mma.sync m16n8k32 e4m3, f32
-//               accumulation) instead of decoding every byte to f32: a warp takes 16 weight rows
+//               dot products run as mma.sync m16n8k32 e4m3 (f32 accumulation; FP8 tensor cores
+//               on sm_89, emulated with conversions + HMMA on Hopper, see the versions below)
+//               instead of decoding every byte to f32 in registers: a warp takes 16 weight rows
 //               and the (up to 8 per n-tile) activation rows as the n side of the product. The
 //               order of k inside one mma does not matter, so each thread feeds the mma the 16
 //               bytes it loaded in one piece (weight rows g and g+8, activation row g) with the
