@@ -96,6 +96,9 @@ if has bench-engine; then
     timeout 120 ./build-gpu/tools/ember bench --random-weights bench/configs/qwen3-30b-a3b.json --device cuda --dtype $dtype \
       --prompt-len 512 --gen-len 64 --json 2>> "$out/bench.err" | tee -a "$out/engine.jsonl"
   done
+  # transformers on the same config, GPU and run (after ember has exited: both hold 61 GB).
+  timeout 300 python3 bench/torch_engine.py --config bench/configs/qwen3-30b-a3b.json --prompt-len 512 --gen-len 64 \
+    --ember "$out/engine.jsonl" 2>> "$out/bench.err" | tee -a "$out/engine.txt"
 fi
 if has profile-moe; then
   # Per-kernel durations of the decode MoE layer (Qwen3-30B-A3B shapes, T=1) at normal clocks.
