@@ -1,16 +1,23 @@
 // Decode GEMV: y[n] = sum_k x[k] * W(n, k) (+ bias[n]) for one row x, in f32, f16 or bf16 with
 // f32 accumulation. Bandwidth-bound: the goal is reading W once at HBM speed (H200 ~4.2 TB/s).
 //
-// Two kernels, by which way the matrix is unit-stride:
+// Kernels, by which way the matrix is unit-stride:
 //   rows_kernel    W unit-stride along K (nn.Linear weight [N, K], i.e. x @ W^T, or W @ x with
 //                  W row-major). A group of threads owns one output row and streams it with
 //                  16-byte loads; groups are 32..256 threads wide depending on N, so small-N
 //                  shapes still fill the GPU; the group reduces by warp shuffles (+ shared memory).
-//   columns_kernel W unit-stride along N (x @ B with B [K, N] row-major). Each thread owns 16
-//                  bytes of consecutive outputs and walks a slice of K; 8 slices per block are
-//                  summed in shared memory. When the grid of column tiles is too small to fill
-//                  the GPU, K is also split over blocks (gridDim.y); partial sums go to a
-//                  workspace and the last block of each column tile (an atomic ticket) adds them.
+//   cluster_columns_kernel  W unit-stride along N (x @ B with B [K, N] row-major), sm_90. One
+//                  thread-block cluster per tile of columns: each thread owns 16 bytes of
+//                  consecutive outputs (8 threads across a tile, 32 slices of K down a block; one
+//                  output, 32 threads across and 8 slices where 16-byte loads do not fit), the
+//                  cluster's 1..16 blocks split K; slices are summed in shared memory, then the
+//                  blocks' tile sums through distributed shared memory, and each block writes its
+//                  share of the tile's y. One round trip to HBM, no workspace, no atomics.
+//   columns_kernel the same layout below sm_90, and on sm_90 for long K with few column tiles
+//                  (one cluster per tile would leave most SMs idle). 32 threads across a tile, 8
+//                  slices per block; when the grid of tiles is too small to fill the GPU, K is
+//                  also split over blocks (gridDim.y); partial sums go to a workspace and the last
+//                  block of each column tile (an atomic ticket) writes them.
 //
 // Versions tried (H200, bf16, 96 decode shapes vs torch.mm; docs/PERF.md has the tables):
 //   v1 rows: group width for ">= 2 waves of blocks", unrolled loop only while 4 loads fit, scalar
@@ -19,7 +26,7 @@
 //      ~1.4 TB/s (groups of 128 threads with 2 loads each), columns 0.6-0.9x torch. Geomean 0.92x.
 //   v2 rows: narrowest group that puts ~8 warps per SM, predicated tail so 4 loads are always in
 //      flight (rows 1.1-2.8x torch); columns: ~4 blocks per SM, persistent per-stream tickets (no
-//      memset launch), unrolled split reduction (columns 0.64-0.96x torch). Geomean 1.04x. (this)
+//      memset launch), unrolled split reduction (columns 0.64-0.96x torch). Geomean 1.04x.
 //   v3 (rejected) columns: <= K/64 splits and the last block's 256 threads sharing the partial
 //      sums: 0.30-0.64x, fewer blocks in flight cost more than the shorter reduction saved.
 //   v4 columns: each block adds its partial sums straight into a per-stream f32 accumulator
@@ -29,10 +36,20 @@
 //      per launch (small-batch decode) reuse each weight load for every row. (this)
 //      Float atomics make the columns kernel's rounding order vary run to run (~1 ulp of f32
 //      before the final bf16/f16 rounding).
+//   v5 columns on sm_90: K split over the blocks of one thread-block cluster per column tile and
+//      reduced through distributed shared memory, replacing v4's atomics, fence, ticket and
+//      last-block L2 read (~2-3 us on small shapes) by one cluster barrier; narrower tiles (8
+//      threads x 16 bytes, 32 K-slices per block) so small N still spreads over the SMs, and 8
+//      loads in flight per thread. The rounding is the same every run. v4's kernel remains below
+//      sm_90 and for long K with few tiles. Not measured yet. (this)
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "cuda/gemv.h"
 #include "cuda/native_float.cuh"
@@ -213,6 +230,111 @@ __global__ void __launch_bounds__(kThreads) columns_kernel(const T* __restrict__
   if (threadIdx.x == 0) tickets[blockIdx.x] = 0;
 }
 
+// The cluster columns kernel's tile: each thread owns kWidth consecutive outputs (16 bytes, or
+// one output on the scalar path), kColThreads threads span a tile of kCols outputs and kSlices
+// slices of K go down the block. Narrow vector tiles (8 threads x 16 bytes) make more tiles, so
+// small N still spreads over many SMs.
+template <class T, bool VEC> struct ClusterTile {
+  static constexpr int kWidth = VEC ? kVec<T> : 1;
+  static constexpr int kColThreads = VEC ? 8 : 32;
+  static constexpr int kSlices = kThreads / kColThreads;
+  static constexpr int kCols = kColThreads * kWidth;
+};
+constexpr int kClusterLoads = 8;  // 16-byte weight loads in flight per thread before the first use
+constexpr int kMaxClusterSize = 16;
+
+// columns, one cluster per column tile (sm_90): the cluster's blocks (blockIdx.y, one per rank)
+// split K into contiguous ranges, each block sums its slices in shared memory, then every block
+// sends its tile sums to the ranks that own them (rank r owns columns [r, r + 1) * kCols / ranks
+// of the tile) through distributed shared memory, and each owner adds its ranks' sums in a fixed
+// order and writes y. No global atomics or workspace, and the rounding is the same every run.
+template <class T, bool VEC>
+__global__ void __launch_bounds__(kThreads) cluster_columns_kernel(const T* __restrict__ b, int64_t ldb, const T* __restrict__ x,
+                                                                   const T* __restrict__ bias, T* __restrict__ y, int64_t n,
+                                                                   int64_t k, int64_t k_per_rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Tile = ClusterTile<T, VEC>;
+  constexpr int VW = Tile::kWidth;
+  constexpr int kParts = kThreads / Tile::kCols;  // threads summing one column's slices
+  // Row stride of the slice sums: kCols + 32 / kParts floats puts the kParts threads of a
+  // column (neighbouring lanes) on different banks.
+  constexpr int kStride = Tile::kCols + 32 / kParts;
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  // Remote shared memory may be written only once its block runs: arrive now, wait before the
+  // exchange (long done by then).
+  __cluster_barrier_arrive_relaxed();
+  const unsigned rank = cluster.block_rank(), ranks = cluster.num_blocks();
+  const unsigned share = Tile::kCols / ranks;  // columns each rank finishes (ranks: a power of 2 <= 16)
+  const int64_t tile0 = static_cast<int64_t>(blockIdx.x) * Tile::kCols;
+
+  // The owner's bias, loaded while the weights stream in.
+  const unsigned source = threadIdx.x % ranks, owned = threadIdx.x / ranks;
+  const int64_t out_col = tile0 + rank * share + owned;
+  const bool writes = threadIdx.x < Tile::kCols && source == 0 && out_col < n;
+  const float bias_value = writes && bias ? to_float(bias[out_col]) : 0.f;
+
+  const int col_thread = threadIdx.x % Tile::kColThreads, slice = threadIdx.x / Tile::kColThreads;
+  const int64_t col0 = tile0 + col_thread * VW;
+  const int64_t k_begin = rank * k_per_rank, k_end = min(k, k_begin + k_per_rank);
+  float acc[VW];
+#pragma unroll
+  for (int j = 0; j < VW; ++j) acc[j] = 0.f;
+  if (col0 < n) {
+    // kClusterLoads rows per thread per step, all loads issued before any is used; the tail is
+    // predicated so short ranges keep them in flight too.
+    for (int64_t k0 = k_begin + slice; k0 < k_end; k0 += kClusterLoads * Tile::kSlices) {
+      Vec<T> r[kClusterLoads];
+      float xs[kClusterLoads];
+#pragma unroll
+      for (int u = 0; u < kClusterLoads; ++u) {
+        const int64_t kk = k0 + u * Tile::kSlices;
+        r[u] = Vec<T>{};
+        xs[u] = 0.f;
+        if (kk < k_end) {
+          if constexpr (VEC) r[u] = *reinterpret_cast<const Vec<T>*>(b + kk * ldb + col0);
+          else r[u].v[0] = b[kk * ldb + col0];
+          xs[u] = to_float(x[kk]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kClusterLoads; ++u)
+#pragma unroll
+        for (int j = 0; j < VW; ++j) acc[j] = fmaf(xs[u], to_float(r[u].v[j]), acc[j]);
+    }
+  }
+
+  // Sum the block's slices: kParts neighbouring lanes per column, then shuffles.
+  __shared__ alignas(16) float sums[Tile::kSlices][kStride];
+  __shared__ float inbox[Tile::kCols];  // [source rank][owned column]: the ranks' sums of this block's columns
+  if constexpr (VW % 4 == 0) {
+#pragma unroll
+    for (int j = 0; j < VW; j += 4)
+      *reinterpret_cast<float4*>(&sums[slice][col_thread * VW + j]) = make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < VW; ++j) sums[slice][col_thread * VW + j] = acc[j];
+  }
+  __syncthreads();
+  const int col = threadIdx.x / kParts, part = threadIdx.x % kParts;
+  float s = 0.f;
+#pragma unroll
+  for (int sl = part; sl < Tile::kSlices; sl += kParts) s += sums[sl][col];
+#pragma unroll
+  for (int off = kParts / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+
+  // Exchange: send each column's block sum to its owner's inbox, then the owner adds them.
+  cluster.barrier_wait();
+  if (part == 0) cluster.map_shared_rank(inbox, static_cast<int>(col / share))[rank * share + col % share] = s;
+  cluster.sync();
+  if (threadIdx.x < Tile::kCols) {  // whole warps: kCols is a multiple of 32
+    float v = inbox[source * share + owned];
+    for (unsigned off = 1; off < ranks; off *= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+    if (writes) y[out_col] = from_float<T>(v + bias_value);
+  }
+#endif
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 /// One GEMV problem: y[m * ldy + r] = sum_k x[m * ldx + k] * W(r, k) (+ bias[r]) for m < m_rows.
@@ -274,8 +396,75 @@ SplitState split_state_for(int device, cudaStream_t stream, int64_t tiles, int64
   return {base, reinterpret_cast<float*>(base + tiles)};
 }
 
+// The launch configuration of the cluster columns kernel: tiles x cluster blocks of kThreads, the
+// cluster along y.
+struct ClusterLaunch {
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute attribute{};
+  ClusterLaunch(unsigned tiles, unsigned cluster, cudaStream_t stream) {
+    config.gridDim = dim3(tiles, cluster);
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = 1;
+    attribute.val.clusterDim.y = cluster;
+    attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;  // config points at attribute
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
+// The largest cluster the cluster columns kernel `kernel` may use on `device`, 0 where it cannot
+// run: compute capability < 9.0, or a binary that carries the kernel only for an older
+// architecture (its body is compiled out there). 16 where the GPU can schedule clusters of 16 of
+// its blocks (a non-portable size), else the portable 8. Cached per kernel and device.
+int cluster_size_limit(const void* kernel, int device) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> limits;
+  std::lock_guard lock(mutex);
+  const auto [it, inserted] = limits.try_emplace({kernel, device}, 0);
+  if (!inserted) return it->second;
+  if (device_properties(device).major < 9) return it->second;
+  cudaFuncAttributes attributes{};
+  EMBER_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  if (attributes.ptxVersion < 90) return it->second;
+  EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  const ClusterLaunch launch(1, kMaxClusterSize, nullptr);
+  int largest = 0, clusters = 0;
+  EMBER_CUDA_CHECK(cudaOccupancyMaxPotentialClusterSize(&largest, kernel, &launch.config));
+  if (largest >= kMaxClusterSize) EMBER_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config));
+  it->second = clusters > 0 ? kMaxClusterSize : 8;
+  return it->second;
+}
+
+// One cluster per column tile, when that gives the GPU enough to do. Returns false (launching
+// nothing) where the cluster kernel cannot run or the split-K kernel is the better plan.
+template <class T, bool VEC> bool launch_columns_cluster(const GemvArgs<T>& g, int device, cudaStream_t stream) {
+  using Tile = ClusterTile<T, VEC>;
+  const auto kernel = cluster_columns_kernel<T, VEC>;
+  const int max_cluster = cluster_size_limit(reinterpret_cast<const void*>(kernel), device);
+  if (max_cluster == 0) return false;
+  const int64_t sms = device_properties(device).multiProcessorCount;
+  const int64_t tiles = (g.n + Tile::kCols - 1) / Tile::kCols;
+  // Double the cluster (the split of K) until ~4 blocks per SM, while each thread keeps >= 4
+  // rows of K (one step of loads in flight is worth more than one more block).
+  int64_t cluster = 1;
+  while (cluster < max_cluster && tiles * cluster < 4 * sms && g.k / (2 * Tile::kSlices * cluster) >= 4) cluster *= 2;
+  // Long K and few tiles: a thread that walks > 2 steps of loads on fewer than 2 blocks per SM
+  // waits out more round trips than the split-K kernel's atomics and ticket cost.
+  const int64_t rows_per_thread = ((g.k + cluster - 1) / cluster + Tile::kSlices - 1) / Tile::kSlices;
+  if (tiles * cluster < 2 * sms && rows_per_thread > 2 * kClusterLoads) return false;
+  const ClusterLaunch launch(static_cast<unsigned>(tiles), static_cast<unsigned>(cluster), stream);
+  const int64_t k_per_rank = (g.k + cluster - 1) / cluster;
+  EMBER_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k, k_per_rank));
+  return true;
+}
+
 template <class T> void launch_columns(const GemvArgs<T>& g, int device, cudaStream_t stream) {
   const bool vec = g.n % kVec<T> == 0 && g.ldw % kVec<T> == 0 && aligned16(g.w) && aligned16(g.y);
+  if (vec ? launch_columns_cluster<T, true>(g, device, stream) : launch_columns_cluster<T, false>(g, device, stream)) return;
   const int64_t tile = vec ? 32 * kVec<T> : 32;
   const int64_t tiles = (g.n + tile - 1) / tile;
   // Split K over blocks until ~4 blocks per SM, each thread keeping >= 2 rows of K.
