@@ -68,5 +68,67 @@ EMBER_PARITY_CASE_TOL(gemv_columns_split_k_bias, 2e-2, 2e-2, {
           matmul(w, col).to(kFloat32), linear(col.t(), w, bias).to(kFloat32)};
 });
 
+// The columns layout on sm_90: one thread-block cluster per tile of columns (64 bf16/f16 or 32
+// f32 columns with 16-byte loads, 32 with one element per load) with K split over its blocks.
+// Edges: N not a multiple of the tile, K = 1 (a cluster of one block), K not a multiple of the
+// split or of the 32 slices per block, B a strided view (ldb > N: 16-byte loads with ldb 520,
+// one element per load with ldb 301), the other orientation (A @ v with A unit-stride along M),
+// two steps of loads per thread (K 8192), bias and none.
+EMBER_PARITY_CASE_TOL(gemv_columns_cluster_bf16_edges, 2e-2, 2e-2, {
+  const Tensor x = randn_on(d, {1, 2048}, kBFloat16, 60);
+  const Tensor b200 = randn_on(d, {2048, 200}, kBFloat16, 61), bias200 = randn_on(d, {200}, kBFloat16, 62);
+  const Tensor x_k1 = randn_on(d, {1, 1}, kBFloat16, 63);
+  const Tensor x1000 = randn_on(d, {1, 1000}, kBFloat16, 66), x2047 = randn_on(d, {1, 2047}, kBFloat16, 67);
+  const Tensor wide = randn_on(d, {2048, 520}, kBFloat16, 68), bias512 = randn_on(d, {512}, kBFloat16, 69);
+  const Tensor odd = randn_on(d, {1500, 301}, kBFloat16, 70);
+  const Tensor x8192 = randn_on(d, {1, 8192}, kBFloat16, 71), bias1024 = randn_on(d, {1024}, kBFloat16, 72);
+  const Tensor b8192 = randn_on(d, {8192, 1024}, kBFloat16, 73);
+  const Tensor to_f32[] = {
+      matmul(x, b200),
+      linear(x, b200.t(), bias200),
+      matmul(x_k1, randn_on(d, {1, 256}, kBFloat16, 64)),
+      matmul(x_k1, randn_on(d, {1, 300}, kBFloat16, 65)),
+      matmul(x1000, randn_on(d, {1000, 256}, kBFloat16, 74)),
+      matmul(x2047, randn_on(d, {2047, 64}, kBFloat16, 75)),
+      linear(x, wide.slice(1, 0, 512).t(), bias512),
+      matmul(randn_on(d, {1, 1500}, kBFloat16, 76), odd.slice(1, 0, 296)),
+      matmul(b200.t(), randn_on(d, {2048}, kBFloat16, 77)),
+      linear(x8192, b8192.t(), bias1024),
+  };
+  std::vector<Tensor> outs;
+  for (const Tensor& t : to_f32) outs.push_back(t.to(kFloat32));
+  return outs;
+});
+// f16: N < 8 (one element per load), N = 1 through a strided view, and long K with a tiny N where
+// one cluster per tile leaves most SMs idle (the split-K kernel: 16 columns of K 16384, 3 columns
+// of K 8192), called twice (it must leave its accumulators zero).
+EMBER_PARITY_CASE_TOL(gemv_columns_cluster_f16_narrow, 2e-2, 2e-2, {
+  const Tensor x = randn_on(d, {1, 2048}, kFloat16, 80), b5 = randn_on(d, {2048, 5}, kFloat16, 81);
+  const Tensor x_long = randn_on(d, {1, 16384}, kFloat16, 82), b16 = randn_on(d, {16384, 16}, kFloat16, 83);
+  const Tensor b3 = randn_on(d, {8192, 3}, kFloat16, 84), bias16 = randn_on(d, {16}, kFloat16, 85);
+  const Tensor x8192 = x_long.slice(1, 0, 8192);
+  const Tensor to_f32[] = {
+      matmul(x, b5),
+      linear(x, b5.t(), randn_on(d, {5}, kFloat16, 86)),
+      matmul(randn_on(d, {1, 1800}, kFloat16, 87), randn_on(d, {1800, 4}, kFloat16, 88).slice(1, 0, 1)),
+      matmul(x_long, b16),
+      linear(x_long, b16.t(), bias16),
+      matmul(x_long, b16),
+      matmul(x8192, b3),
+  };
+  std::vector<Tensor> outs;
+  for (const Tensor& t : to_f32) outs.push_back(t.to(kFloat32));
+  return outs;
+});
+// f32 (16-byte loads of 4 columns, tiles of 32): N = 36 (a partial second tile) with and without
+// bias, N = 40000 at K = 40 (many tiles, clusters of one block), and K = 20000 with N = 12 (the
+// split-K kernel). float32 sums of 20000 terms differ by order: ~1e-3 absolute at this scale.
+EMBER_PARITY_CASE_TOL(gemv_columns_cluster_f32, 1e-4, 4e-3, {
+  const Tensor x = randn_on(d, {1, 1536}, kFloat32, 90), b36 = randn_on(d, {1536, 36}, kFloat32, 91);
+  return {matmul(x, b36), linear(x, b36.t(), randn_on(d, {36}, kFloat32, 92)),
+          matmul(randn_on(d, {1, 40}, kFloat32, 93), randn_on(d, {40, 40000}, kFloat32, 94)),
+          matmul(randn_on(d, {1, 20000}, kFloat32, 95), randn_on(d, {20000, 12}, kFloat32, 96))};
+});
+
 }  // namespace
 }  // namespace ember::test
