@@ -12,12 +12,14 @@
 //                  output, 32 threads across and 8 slices where 16-byte loads do not fit), the
 //                  cluster's 1..16 blocks split K; slices are summed in shared memory, then the
 //                  blocks' tile sums through distributed shared memory, and each block writes its
-//                  share of the tile's y. One round trip to HBM, no workspace, no atomics.
-//   columns_kernel the same layout below sm_90, and on sm_90 for long K with few column tiles
-//                  (one cluster per tile would leave most SMs idle). 32 threads across a tile, 8
-//                  slices per block; when the grid of tiles is too small to fill the GPU, K is
-//                  also split over blocks (gridDim.y); partial sums go to a workspace and the last
-//                  block of each column tile (an atomic ticket) writes them.
+//                  share of the tile's y: no workspace, no atomics, and a small shape costs
+//                  one round trip to HBM plus a cluster barrier.
+//   columns_kernel the same layout below sm_90 (and with EMBER_DISABLE_FAST_PATHS=1), and on
+//                  sm_90 for long K with few column tiles (one cluster per tile would leave most
+//                  SMs idle). 32 threads across a tile, 8 slices per block; when the grid of
+//                  tiles is too small to fill the GPU, K is also split over blocks (gridDim.y);
+//                  partial sums go to a workspace and the last block of each column tile (an
+//                  atomic ticket) writes them.
 //
 // Versions tried (H200, bf16, 96 decode shapes vs torch.mm; docs/PERF.md has the tables):
 //   v1 rows: group width for ">= 2 waves of blocks", unrolled loop only while 4 loads fit, scalar
@@ -416,8 +418,8 @@ struct ClusterLaunch {
   ClusterLaunch& operator=(const ClusterLaunch&) = delete;
 };
 
-// The largest cluster the cluster columns kernel `kernel` may use on `device`, 0 where it cannot
-// run: compute capability < 9.0, or a binary that carries the kernel only for an older
+// The largest cluster the cluster columns kernel `kernel` may use on `device` (compute capability
+// 9.0 or newer), 0 where it cannot run: a binary that carries the kernel only for an older
 // architecture (its body is compiled out there). 16 where the GPU can schedule clusters of 16 of
 // its blocks (a non-portable size), else the portable 8. Cached per kernel and device.
 int cluster_size_limit(const void* kernel, int device) {
@@ -426,7 +428,6 @@ int cluster_size_limit(const void* kernel, int device) {
   std::lock_guard lock(mutex);
   const auto [it, inserted] = limits.try_emplace({kernel, device}, 0);
   if (!inserted) return it->second;
-  if (device_properties(device).major < 9) return it->second;
   cudaFuncAttributes attributes{};
   EMBER_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
   if (attributes.ptxVersion < 90) return it->second;
@@ -440,9 +441,11 @@ int cluster_size_limit(const void* kernel, int device) {
 }
 
 // One cluster per column tile, when that gives the GPU enough to do. Returns false (launching
-// nothing) where the cluster kernel cannot run or the split-K kernel is the better plan.
+// nothing) where the cluster kernel cannot run (below sm_90, or fast paths disabled:
+// EMBER_DISABLE_FAST_PATHS=1 runs v4's kernel) or the split-K kernel is the better plan.
 template <class T, bool VEC> bool launch_columns_cluster(const GemvArgs<T>& g, int device, cudaStream_t stream) {
   using Tile = ClusterTile<T, VEC>;
+  if (!fast_paths_enabled(device, 90)) return false;
   const auto kernel = cluster_columns_kernel<T, VEC>;
   const int max_cluster = cluster_size_limit(reinterpret_cast<const void*>(kernel), device);
   if (max_cluster == 0) return false;
