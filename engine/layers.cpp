@@ -8,9 +8,10 @@
 namespace ember::engine {
 
 Tensor RmsNorm::operator()(const Tensor& x) const {
-  const Tensor x32 = x.to(kFloat32);                                     // [..., N] float32
-  const Tensor variance = mean(x32 * x32, {-1}, /*keepdim=*/true);       // [..., 1]
-  return weight * (x32 * rsqrt(variance + eps)).to(x.dtype());           // [..., N]
+  // One fused op (was 7 launches: cast, square, mean, add, rsqrt, product, cast, weight). It
+  // rounds once, as torch's F.rms_norm does; transformers' module rounds x * rsqrt(var + eps)
+  // to x's dtype before the weight product: identical in float32, within a bf16 ulp otherwise.
+  return rms_norm(x, {x.size(-1)}, weight.to(x.dtype()), eps);  // [..., N]
 }
 
 std::vector<float> rope_inv_freq(const ModelConfig& config) {
@@ -58,10 +59,9 @@ Rope Rope::make(const ModelConfig& config, int64_t max_seq_len, DType dtype, Dev
 }
 
 Tensor Rope::operator()(const Tensor& x, int64_t start_pos) const {
-  const int64_t length = x.size(2), half = x.size(3) / 2;
+  const int64_t length = x.size(2);
   const Tensor c = cos.narrow(0, start_pos, length), s = sin.narrow(0, start_pos, length);  // [L, D]
-  const Tensor rotated = cat({-x.narrow(3, half, half), x.narrow(3, 0, half)}, 3);          // [B, heads, L, D]
-  return x * c + rotated * s;                                                               // [B, heads, L, D]
+  return apply_rotary_emb(x, c, s);  // [B, heads, L, D]: x * c + rotate_half(x) * s, one launch
 }
 
 namespace {

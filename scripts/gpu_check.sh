@@ -3,7 +3,7 @@
 # test, run the CUDA tests under compute-sanitizer (memcheck, racecheck), run the decode
 # benchmarks next to PyTorch. Logs go to $OUT (or ./out). Steps: all (default) or a list of
 # build tests sanitize bench (or one of bench-decode bench-core bench-linalg bench-moe), bench-engine,
-# profile-moe, train.
+# profile-moe, profile-moe-memory, train.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out}; mkdir -p "$out"
@@ -41,6 +41,8 @@ if has build; then
   cmake -S . -B build-gpu -G Ninja "${prefix[@]}" -DEMBER_CUDA=ON -DEMBER_CUDA_ARCHITECTURES=90a -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
     > "$out/build.log" 2>&1 && cmake --build build-gpu -j 16 >> "$out/build.log" 2>&1
   rc=$?; tail -5 "$out/build.log"; [ $rc -eq 0 ] || { grep -E "error|FAILED" "$out/build.log" | head -40; wait_training; exit 1; }
+  # The slowest compile steps (the build is most of each call's time; nvcc files are the long poles).
+  awk 'NR > 1 { printf "%6.1f s  %s\n", ($2 - $1) / 1000, $4 }' build-gpu/.ninja_log | sort -rn | head -6
 fi
 if has tests; then
   stamp tests
@@ -52,6 +54,8 @@ if has sanitize || has memcheck || has racecheck; then
   stamp sanitize
   # The parity cases and the CUDA runtime tests; the out-of-memory test provokes an API error on purpose.
   filter=${SANITIZE_FILTER:-'*Parity*:CudaRuntime.*-CudaRuntime.OutOfMemory*'}
+  # SANITIZE_SHARD=i/n runs the i-th of n gtest shards (racecheck over every case outlasts one call).
+  if [ -n "${SANITIZE_SHARD:-}" ]; then export GTEST_SHARD_INDEX=${SANITIZE_SHARD%/*} GTEST_TOTAL_SHARDS=${SANITIZE_SHARD#*/}; fi
   tools=""; { has sanitize || has memcheck; } && tools="memcheck"; { has sanitize || has racecheck; } && tools="$tools racecheck"
   for tool in $tools; do
     # Not brief: a run cut by the timeout still shows how many cases finished.
@@ -99,6 +103,15 @@ if has profile-moe; then
   ncu --clock-control none --kernel-name regex:"decode|route|permute|gemv|rows_kernel" --launch-skip 40 --launch-count 24 \
     ./build-gpu/bench/moe_bench 1 2>&1 | grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput" | head -120 > "$out/profile.txt"
   head -60 "$out/profile.txt"
+fi
+if has profile-moe-memory; then
+  # Why the decode kernels stay below HBM speed: memory workload and speed-of-light sections for
+  # one launch each of gate_up and down (Qwen3-30B-A3B T=1 bf16).
+  stamp "profile moe memory"
+  ncu --clock-control none --kernel-name regex:"gate_up_decode|down_decode" --launch-skip 20 --launch-count 2 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section Occupancy \
+    ./build-gpu/bench/moe_bench 1 > "$out/profile-memory.txt" 2>&1
+  grep -E "decode_kernel|Throughput|Hit Rate|Achieved Occupancy|Theoretical Occupancy|Busy|Bank|Sectors/Req|Excessive" "$out/profile-memory.txt" | head -60
 fi
 if [ -s "$out/bench.jsonl" ]; then
   python3 bench/compare.py "$out/bench.jsonl" > "$out/perf.txt"

@@ -148,6 +148,23 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 
+// ---- normalisation -----------------------------------------------------------------------------
+/// torch.nn.functional.rms_norm: y = x * rsqrt(mean(x^2) + eps) * weight over the trailing dims
+/// `normalized_shape`, computed in float (double for f64) and rounded once to x's dtype (as
+/// torch 2.15 does; Hugging Face's RMSNorm modules round before the weight product). Float
+/// types other than fp8; weight has x's dtype and normalized_shape's sizes; eps nullopt means
+/// the machine epsilon of the compute type (float32's for f16/bf16/f32), like torch.
+Tensor rms_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const std::optional<Tensor>& weight = std::nullopt,
+                std::optional<double> eps = std::nullopt);
+
+// ---- rotary position embedding -----------------------------------------------------------------
+/// x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x[..., D/2:], x[..., :D/2]) (the Llama /
+/// Qwen convention of transformers' apply_rotary_pos_emb). x [..., L, D] with D even; cos and
+/// sin [L, D], broadcast over x's leading dims; one float dtype (not fp8). Each product and the
+/// sum are rounded to that dtype, as the unfused expression is, so f16/bf16 results equal
+/// transformers' bit for bit.
+Tensor apply_rotary_emb(const Tensor& x, const Tensor& cos, const Tensor& sin);
+
 // ---- matrix products ---------------------------------------------------------------------------
 /// torch.matmul rules (1-D promotion, batch broadcasting). Float types; f16/bf16 accumulate in f32.
 Tensor matmul(const Tensor& a, const Tensor& b);

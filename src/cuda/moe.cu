@@ -46,10 +46,14 @@
 //       the top-k by warp max/min reductions of an unsigned order key, and gate_up and down
 //       launched as programmatic dependents (sm_90) so their launch overlaps the kernel before.
 //       Layer T=1: 41.7 us bf16, 35.2 us FP8 (43.1 / 36.0 without the dependent launches);
-//       ncu still gives gate_up ~21 us and down ~20 us, far from HBM speed. At T = 8..16 the
+//       ncu still gives gate_up ~21 us and down ~20 us, far from HBM speed. Likely cause, from
+//       the SASS: after each batch of weight loads, every chunk's x (gate_up) or h (down) was a
+//       fresh global load consumed at once, a chain of L2 round trips per batch. At T = 8..16 the
 //       per-pair kernels lost to torch (T=16 bf16: 507 us, torch 390 us; docs/PERF.md).
+//   v3.1: a token's x row and h rows are staged in shared memory once per block (x before the
+//       wait for the router, overlapping it). Not measured yet.
 //   v4: T > 1 reads each distinct expert once (gate_up_experts / down_experts above); T = 1
-//       keeps v3. Not measured yet. (this)
+//       keeps v3.1. Not measured yet. (this)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -498,6 +502,31 @@ constexpr int kDecodeThreads = 256, kDecodeWarps = kDecodeThreads / 32;
 // loads), 1 for f32 (32-byte loads).
 template <class WT> constexpr int kRowLoads = sizeof(WT) == 1 ? 4 : (sizeof(WT) == 2 ? 2 : 1);
 constexpr int kMaxDecodeTopK = 32;  // the down kernel keeps a token's pairs in shared memory
+// Dynamic shared memory of a decode kernel (a row of x, or a token's rows of h), below the 48 KB
+// a launch gets without opting in, leaving room for the static arrays.
+constexpr size_t kDecodeSmemMax = 46 * 1024;
+
+// The block copies n elements from global to shared memory (16-byte aligned rows), 8 at a time:
+// the compute loops then read activations with shared loads instead of a chain of dependent
+// L2 round trips (v3 read x and h straight from global memory inside each batch).
+template <class T> __device__ void stage_row(const T* src, T* dst, int64_t n) {
+  constexpr int U = 4;  // loads in flight per thread before the first store
+  const int64_t chunks = n / 8;
+  for (int64_t c0 = threadIdx.x; c0 < chunks; c0 += U * blockDim.x) {
+    gmm::Raw8<T> r[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = c0 + u * blockDim.x;
+      if (c < chunks) r[u] = gmm::load_raw8(src + c * 8);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = c0 + u * blockDim.x;
+      if (c < chunks) *reinterpret_cast<gmm::Raw8<T>*>(dst + c * 8) = r[u];
+    }
+  }
+  for (int64_t i = chunks * 8 + threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+}
 
 // One warp: h = silu(x . gate_row) * (x . up_row) for one intermediate channel i of expert e.
 // Each lane issues L chunks of both rows before converting any.
@@ -523,7 +552,7 @@ __device__ __forceinline__ void gate_up_channel(const T* x, const WT* g_row, con
       const int64_t c = c0 + l * 32;
       if (c >= chunks) break;
       float gf[8], uf[8], xf[8];
-      load8(x + c * 8, xf);  // x (a few KB, read by every warp) hits L1
+      load8(x + c * 8, xf);  // x is in shared memory
       gmm::unpack8(gr[l], gf);
       gmm::unpack8(ur[l], uf);
       float dg = gmm::dot8(xf, gf, 0.f), du = gmm::dot8(xf, uf, 0.f);
@@ -549,21 +578,25 @@ __device__ __forceinline__ void gate_up_channel(const T* x, const WT* g_row, con
 // runs as one wave; at 4 blocks per SM (61 registers) it took 1.45 waves.
 template <class T, class WT>
 __global__ void __launch_bounds__(kDecodeThreads, 6) gate_up_decode_kernel(DecodeArgs a) {
+  extern __shared__ __align__(16) unsigned char decode_smem[];
+  T* x = reinterpret_cast<T*>(decode_smem);  // [hidden]: the slot's token row of x
   dependents_may_launch();  // the down kernel's blocks may start (and wait) while this runs
-  wait_for_previous_kernel();  // ids and weights come from the router kernel
   const int64_t slot = blockIdx.y, pairs = a.tokens * a.k;
+  // x is the router's input, complete before the router started, so it is staged while the
+  // router may still run; ids and weights are the router's output, read after the wait.
+  stage_row(static_cast<const T*>(a.x) + (slot < pairs ? slot / a.k : slot - pairs) * a.x_ts, x, a.hidden);
+  wait_for_previous_kernel();
+  __syncthreads();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kDecodeWarps + threadIdx.x / 32;
   T* h = static_cast<T*>(a.h) + slot * a.h_rs + i;
   if (slot < pairs) {
     if (i >= a.inter) return;
-    const int64_t t = slot / a.k, e = a.ids[slot];
-    const T* x = static_cast<const T*>(a.x) + t * a.x_ts;
+    const int64_t e = a.ids[slot];
     const WT* g = static_cast<const WT*>(a.gate) + e * a.gu_es + i * a.gate_rs;
     const WT* u = static_cast<const WT*>(a.up) + e * a.gu_es + i * a.up_rs;
     gate_up_channel<T, WT>(x, g, u, a.hidden, a.gate_scale, a.up_scale, e, i, h);
   } else {  // the shared expert of token slot - pairs
     if (i >= a.s_inter) return;
-    const T* x = static_cast<const T*>(a.x) + (slot - pairs) * a.x_ts;
     const T* g = static_cast<const T*>(a.s_gate) + i * a.s_rs;
     const T* u = static_cast<const T*>(a.s_up) + i * a.s_rs;
     gate_up_channel<T, T>(x, g, u, a.hidden, WeightScale{}, WeightScale{}, 0, i, h);
@@ -573,10 +606,13 @@ __global__ void __launch_bounds__(kDecodeThreads, 6) gate_up_decode_kernel(Decod
 // One warp per output channel n: sum over the token's pairs j of weights[j] * (down_e[n] . h_j),
 // plus the shared expert. The lane's work is the flattened (pair, chunk) list; it computes a
 // batch of 8 addresses (4 for f32) from the pairs' experts (kept in shared memory) and issues
-// all their weight loads before converting any; h comes from L1/L2 (a few KB).
+// all their weight loads before converting any. The token's rows of h (k x I, plus the shared
+// expert's) are staged in shared memory first.
 template <class T, class WT>
 __global__ void __launch_bounds__(kDecodeThreads) down_decode_kernel(DecodeArgs a) {
   constexpr int L = sizeof(WT) == 4 ? 4 : 8;
+  extern __shared__ __align__(16) unsigned char decode_smem[];
+  T* h_t = reinterpret_cast<T*>(decode_smem);  // [k (+ 1 shared), h_rs]
   __shared__ float pair_weight[kMaxDecodeTopK];
   __shared__ int64_t pair_expert[kMaxDecodeTopK];
   wait_for_previous_kernel();  // h comes from gate_up (and ids, weights from the router before it)
@@ -593,9 +629,10 @@ __global__ void __launch_bounds__(kDecodeThreads) down_decode_kernel(DecodeArgs 
       pair_expert[j] = e;
       pair_weight[j] = a.weights[t * a.k + j];
     }
+    stage_row(static_cast<const T*>(a.h) + t * a.k * a.h_rs, h_t, a.k * a.h_rs);  // the k rows are adjacent
+    if (a.shared) stage_row(static_cast<const T*>(a.h) + (pairs + t) * a.h_rs, h_t + a.k * a.h_rs, a.s_inter);
     __syncthreads();
     if (n >= a.hidden) continue;
-    const T* h_t = static_cast<const T*>(a.h) + t * a.k * a.h_rs;
     // Row n of every expert's down matrix; expert e's is at e * d_es from it (an offset from the
     // kernel argument keeps the loads global ones; a pointer kept in shared memory made them generic).
     const WT* down_n = static_cast<const WT*>(a.down) + n * a.d_rs;
@@ -636,7 +673,7 @@ __global__ void __launch_bounds__(kDecodeThreads) down_decode_kernel(DecodeArgs 
     }
     if (a.shared) {
       const T* w = static_cast<const T*>(a.s_down) + n * a.sd_rs;
-      const T* hr = static_cast<const T*>(a.h) + (pairs + t) * a.h_rs;
+      const T* hr = h_t + a.k * a.h_rs;
       const int64_t s_chunks = a.s_inter / 8;
       float d = 0.f;
       for (int64_t c0 = lane; c0 < s_chunks; c0 += 2 * 32) {
@@ -967,13 +1004,15 @@ MoePath forced_moe_path() {
   fail("moe_layer", "EMBER_MOE_PATH: expected decode or grouped, got {}", v);
 }
 
-/// kernel<<<grid, block, 0, stream>>>(args...), as a programmatic dependent launch when `pdl`
+/// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch when `pdl`
 /// (the kernel must call wait_for_previous_kernel before reading the previous kernel's output).
 template <class... Params, class... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, bool pdl, const Args&... args) {
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                      const Args&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
+  config.dynamicSmemBytes = smem;
   config.stream = stream;
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -1113,7 +1152,12 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
   const Tensor s_gate = shared ? options.shared->gate_up.narrow(0, 0, s_inter) : Tensor();
   const Tensor s_up = shared ? options.shared->gate_up.narrow(0, s_inter, s_inter) : Tensor();
   const bool fp8 = experts.gate.dtype() == kFloat8_e4m3fn;
-  const bool decode_fits = pairs <= kMaxDecodePairs && k <= kMaxDecodeTopK && rows_aligned(x, x.stride(0)) && rows_aligned(router_weight, router_weight.stride(0)) &&
+  // The decode kernels stage a token's row of x (gate_up) and its rows of h (down) in shared memory.
+  const int64_t h_rs = round8(std::max(inter, s_inter));
+  const auto x_row_bytes = static_cast<size_t>(hidden) * x.itemsize();
+  const auto h_rows_bytes = static_cast<size_t>((k + (shared ? 1 : 0)) * h_rs) * x.itemsize();
+  const bool decode_fits = pairs <= kMaxDecodePairs && k <= kMaxDecodeTopK && x_row_bytes <= kDecodeSmemMax && h_rows_bytes <= kDecodeSmemMax &&
+                      rows_aligned(x, x.stride(0)) && rows_aligned(router_weight, router_weight.stride(0)) &&
                       rows_aligned(experts.gate, experts.gate.stride(1)) &&
                       rows_aligned(experts.up, experts.up.stride(1)) && rows_aligned(experts.down, experts.down.stride(1)) &&
                       (experts.gate.stride(0) * static_cast<int64_t>(experts.gate.itemsize())) % 16 == 0 &&
@@ -1123,8 +1167,9 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
 
   const MoePath forced = forced_moe_path();
   EMBER_CHECK(forced != MoePath::Decode || decode_fits, "moe_layer",
-              "EMBER_MOE_PATH=decode: expected at most {} (token, expert) pairs, top_k <= {} and 16-byte aligned rows, got {} "
-              "pairs, top_k {}", kMaxDecodePairs, kMaxDecodeTopK, pairs, k);
+              "EMBER_MOE_PATH=decode: expected at most {} (token, expert) pairs, top_k <= {}, 16-byte aligned rows and a "
+              "row of x and a token's rows of h of at most {} bytes each, got {} pairs, top_k {}, {} and {} bytes",
+              kMaxDecodePairs, kMaxDecodeTopK, kDecodeSmemMax, pairs, k, x_row_bytes, h_rows_bytes);
   // The rule comes from the v3 decode kernels, which read one expert matrix per (token, expert)
   // pair while the grouped path reads one per distinct expert: once pairs outnumber the experts,
   // reuse won. Measured on the H200 (docs/PERF.md, both paths forced): LFM2-8B (E = 32, top-4) at
@@ -1181,7 +1226,7 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
 
   if (decode) {
     const int64_t slots = pairs + (shared ? t : 0);
-    const Tensor h = empty({slots, round8(std::max(inter, s_inter))}, x.dtype(), dev);
+    const Tensor h = empty({slots, h_rs}, x.dtype(), dev);
     DecodeArgs a;
     a.x = x.raw_data(); a.x_ts = x.stride(0); a.tokens = t; a.hidden = hidden; a.inter = inter; a.k = k;
     a.ids = ids.data_ptr<int32_t>(); a.weights = weights.data_ptr<float>();
@@ -1212,12 +1257,12 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
         const auto launch = [&](auto* w_tag) {
           using WT = std::remove_pointer_t<decltype(w_tag)>;
           if (by_expert) {
-            launch_dependent(t <= 4 ? gate_up_experts_kernel<4, T, WT> : gate_up_experts_kernel<8, T, WT>, gu_grid, kDecodeThreads, stream,
-                             pdl, a);
-            launch_dependent(down_experts_kernel<T, WT>, down_blocks, kDecodeThreads, stream, pdl, a);
+            launch_dependent(t <= 4 ? gate_up_experts_kernel<4, T, WT> : gate_up_experts_kernel<8, T, WT>, gu_grid, kDecodeThreads, 0,
+                             stream, pdl, a);
+            launch_dependent(down_experts_kernel<T, WT>, down_blocks, kDecodeThreads, 0, stream, pdl, a);
           } else {
-            launch_dependent(gate_up_decode_kernel<T, WT>, gu_grid, kDecodeThreads, stream, pdl, a);
-            launch_dependent(down_decode_kernel<T, WT>, down_blocks, kDecodeThreads, stream, pdl, a);
+            launch_dependent(gate_up_decode_kernel<T, WT>, gu_grid, kDecodeThreads, x_row_bytes, stream, pdl, a);
+            launch_dependent(down_decode_kernel<T, WT>, down_blocks, kDecodeThreads, h_rows_bytes, stream, pdl, a);
           }
         };
         if (fp8) launch(static_cast<E4m3*>(nullptr));

@@ -26,6 +26,8 @@ void gather(const Tensor&, int64_t, const Tensor&, const Tensor&) { no_cuda("gat
 void index_add(const Tensor&, int64_t, const Tensor&, const Tensor&, const Scalar&) { no_cuda("index_add"); }
 void take(const Tensor&, const Tensor&, const Tensor&) { no_cuda("take"); }
 void softmax(const Tensor&, int64_t, bool, const Tensor&) { no_cuda("softmax"); }
+void rms_norm(const Tensor&, const Tensor&, double, const Tensor&) { no_cuda("rms_norm"); }
+void rotary_emb(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("rotary_emb"); }
 void bmm(const Tensor&, const Tensor&, const Tensor&) { no_cuda("bmm"); }
 void baddbmm(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("baddbmm"); }
 void lu_factor(const Tensor&, const Tensor&, const Tensor&) { no_cuda("lu_factor"); }

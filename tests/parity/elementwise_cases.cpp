@@ -26,7 +26,7 @@ EMBER_PARITY_CASE(elementwise_unary_specials, {
   std::vector<Tensor> out;
   for (DType t : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
     Tensor x = specials_on(d, t);
-    for (Tensor r : {ember::exp(x), ember::log(x), ember::sqrt(x), sigmoid(x), gelu(x), ember::round(x), sign(x), relu(x)})
+    for (Tensor r : {ember::exp(x), ember::log(x), ember::sqrt(x), sigmoid(x), silu(x), gelu(x), ember::round(x), sign(x), relu(x)})
       out.push_back(r);
   }
   return out;
@@ -35,6 +35,18 @@ EMBER_PARITY_CASE(elementwise_unary_specials, {
 EMBER_PARITY_CASE(elementwise_unary_sizes_one_and_seven, {
   return {ember::exp(randn_on(d, {1}, kFloat32, 2)), sigmoid(randn_on(d, {7}, kFloat16, 3)),
           silu(randn_on(d, {7}, kBFloat16, 4))};
+});
+
+// f16 and bf16 take sigmoid and silu through the hardware exp2 and reciprocal: wide inputs
+// (saturated, overflowing exp).
+EMBER_PARITY_CASE(elementwise_sigmoid_silu_half_types_wide_range, {
+  std::vector<Tensor> out;
+  for (DType t : {kBFloat16, kFloat16}) {
+    const Tensor x = (randn_on(d, {4097}, kFloat32, 7) * 30).to(t);
+    out.push_back(sigmoid(x));
+    out.push_back(silu(x));
+  }
+  return out;
 });
 
 EMBER_PARITY_CASE(elementwise_unary_integer_inputs, {
