@@ -495,6 +495,7 @@ struct DecodeArgs {
   // expert's row follows).
   ByExpert by_expert;
   int expert_slots = 0;
+  bool h_staged = false;  // T > 1: down stages all of h in shared memory
 };
 
 constexpr int kDecodeThreads = 256, kDecodeWarps = kDecodeThreads / 32;
@@ -871,26 +872,46 @@ __device__ __forceinline__ void shared_expert_down(const T* row, int64_t len, in
   }
 }
 
+// down_experts_kernel's static shared memory: the pairs in by-expert order, the distinct experts,
+// and each warp's per-token sums.
+struct DownExpertsTables {
+  int32_t pair_token[kMaxDecodePairs], pair_row[kMaxDecodePairs];
+  float pair_weight[kMaxDecodePairs];
+  int32_t expert_id[kMaxDecodePairs], expert_start[kMaxDecodePairs + 1];
+  float token_sum[kDecodeWarps][kMaxDecodePairs];
+};
+// down_experts_kernel's dynamic shared memory (the staged h) at most: its static tables take more
+// than the 2 KB kDecodeSmemMax leaves of the 48 KB a launch gets without opting in.
+constexpr size_t kDownExpertsSmemMax = std::min(kDecodeSmemMax, 48 * 1024 - sizeof(DownExpertsTables));
+
 // One warp per output channel n: out[t, n] = sum over the distinct experts e and their pairs
 // (t, j) of weights[t, j] * (down_e[n] . h[t * k + j]), plus the shared expert. Each distinct
 // expert's row n is read once, for all of its pairs. The warp's work is the list of (expert,
 // step) entries, step s of expert a being chunk lane + 32 * s of its row: a batch of L entries
 // holds the same experts on every lane, so it can be loaded in one go (several small experts per
 // batch, as v3 batched pairs) and still be reduced per pair by shuffles. Token sums live in
-// shared memory, one row per warp (a token's index is only known at run time). The block's warps
-// walk the same experts in the same order, so the h rows they read hit L1. Two blocks per SM
-// (<= 128 registers, ~100 used): H = 2048 gives 256 blocks, one wave on 132 SMs.
+// shared memory, one row per warp (a token's index is only known at run time). Every warp reads
+// all of h (a pair's row once per expert batch and pair group), so when it fits (h_staged) the
+// block stages h in shared memory first, like v3.1 at T = 1; else the block's warps walk the same
+// experts in the same order and the h rows they read hit L1. Two blocks per SM (<= 128
+// registers, ~100 used): H = 2048 gives 256 blocks, one wave on 132 SMs.
 template <class T, class WT>
 __global__ void __launch_bounds__(kDecodeThreads, 2) down_experts_kernel(DecodeArgs a) {
   constexpr int L = sizeof(WT) == 4 ? 4 : 8, P = kDownPairs;
-  __shared__ int32_t pair_token[kMaxDecodePairs], pair_row[kMaxDecodePairs];
-  __shared__ float pair_weight[kMaxDecodePairs];
-  __shared__ int32_t expert_id[kMaxDecodePairs], expert_start[kMaxDecodePairs + 1];
-  __shared__ float token_sum[kDecodeWarps][kMaxDecodePairs];
+  extern __shared__ __align__(16) unsigned char decode_smem[];
+  __shared__ DownExpertsTables tables;
+  auto& pair_token = tables.pair_token;
+  auto& pair_row = tables.pair_row;
+  auto& pair_weight = tables.pair_weight;
+  auto& expert_id = tables.expert_id;
+  auto& expert_start = tables.expert_start;
   wait_for_previous_kernel();  // h comes from gate_up (and the table, weights from the router before it)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int tokens = static_cast<int>(a.tokens), pairs = tokens * a.k;
   const int distinct = *a.by_expert.count;
+  // h is [pairs (+ tokens), h_rs], contiguous; staged whole, its rows keep their indices.
+  T* h_staged = reinterpret_cast<T*>(decode_smem);
+  if (a.h_staged) stage_row(static_cast<const T*>(a.h), h_staged, (pairs + (a.shared ? tokens : 0)) * a.h_rs);
   for (int q = threadIdx.x; q < pairs; q += kDecodeThreads) {  // pairs in by-expert order
     const int slot = a.by_expert.slots[q];
     pair_token[q] = slot / a.k;
@@ -901,12 +922,14 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) down_experts_kernel(DecodeA
     expert_start[j] = a.by_expert.starts[j];
     if (j < distinct) expert_id[j] = a.by_expert.experts[j];
   }
-  float* sum = token_sum[warp];
+  float* sum = tables.token_sum[warp];
   for (int t = lane; t < tokens; t += 32) sum[t] = 0.f;
   __syncthreads();
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kDecodeWarps + warp;
   if (n >= a.hidden) return;
-  const T* h = static_cast<const T*>(a.h);
+  // One pointer for both cases (its loads are generic): the kernel has registers to spare at
+  // two blocks per SM, and a second copy of the loops would double its code.
+  const T* h = a.h_staged ? h_staged : static_cast<const T*>(a.h);
   // Row n of every expert's down matrix; expert e's is at e * d_es from it.
   const WT* down_n = static_cast<const WT*>(a.down) + n * a.d_rs;
   const int chunks = static_cast<int>(a.inter / 8), steps = (chunks + 31) / 32;
@@ -1152,11 +1175,13 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
   const Tensor s_gate = shared ? options.shared->gate_up.narrow(0, 0, s_inter) : Tensor();
   const Tensor s_up = shared ? options.shared->gate_up.narrow(0, s_inter, s_inter) : Tensor();
   const bool fp8 = experts.gate.dtype() == kFloat8_e4m3fn;
-  // The decode kernels stage a token's row of x (gate_up) and its rows of h (down) in shared memory.
+  // The T = 1 decode kernels stage the token's row of x (gate_up) and its rows of h (down) in
+  // shared memory; the T > 1 kernels stage h only when it fits and else read it from global memory.
   const int64_t h_rs = round8(std::max(inter, s_inter));
   const auto x_row_bytes = static_cast<size_t>(hidden) * x.itemsize();
   const auto h_rows_bytes = static_cast<size_t>((k + (shared ? 1 : 0)) * h_rs) * x.itemsize();
-  const bool decode_fits = pairs <= kMaxDecodePairs && k <= kMaxDecodeTopK && x_row_bytes <= kDecodeSmemMax && h_rows_bytes <= kDecodeSmemMax &&
+  const bool decode_fits = pairs <= kMaxDecodePairs && k <= kMaxDecodeTopK &&
+                      (t > 1 || (x_row_bytes <= kDecodeSmemMax && h_rows_bytes <= kDecodeSmemMax)) &&
                       rows_aligned(x, x.stride(0)) && rows_aligned(router_weight, router_weight.stride(0)) &&
                       rows_aligned(experts.gate, experts.gate.stride(1)) &&
                       rows_aligned(experts.up, experts.up.stride(1)) && rows_aligned(experts.down, experts.down.stride(1)) &&
@@ -1167,8 +1192,8 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
 
   const MoePath forced = forced_moe_path();
   EMBER_CHECK(forced != MoePath::Decode || decode_fits, "moe_layer",
-              "EMBER_MOE_PATH=decode: expected at most {} (token, expert) pairs, top_k <= {}, 16-byte aligned rows and a "
-              "row of x and a token's rows of h of at most {} bytes each, got {} pairs, top_k {}, {} and {} bytes",
+              "EMBER_MOE_PATH=decode: expected at most {} (token, expert) pairs, top_k <= {}, 16-byte aligned rows and (T = 1) "
+              "a row of x and a token's rows of h of at most {} bytes each, got {} pairs, top_k {}, {} and {} bytes",
               kMaxDecodePairs, kMaxDecodeTopK, kDecodeSmemMax, pairs, k, x_row_bytes, h_rows_bytes);
   // The rule comes from the v3 decode kernels, which read one expert matrix per (token, expert)
   // pair while the grouped path reads one per distinct expert: once pairs outnumber the experts,
@@ -1250,6 +1275,9 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
     const auto channel_blocks = static_cast<unsigned>((std::max(inter, s_inter) + kDecodeWarps - 1) / kDecodeWarps);
     const dim3 gu_grid(channel_blocks, static_cast<unsigned>(by_expert ? expert_slots + (shared ? 1 : 0) : slots));
     const auto down_blocks = static_cast<unsigned>((hidden + kDecodeWarps - 1) / kDecodeWarps);
+    // T > 1: down stages all of h in shared memory when it fits (T = 2..3 for Qwen3-30B bf16).
+    const auto h_bytes = static_cast<size_t>(slots * h_rs) * x.itemsize();
+    a.h_staged = h_bytes <= kDownExpertsSmemMax;
     const bool pdl = fast_paths_enabled(device, 90);
     with_float(x.dtype(), [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
@@ -1259,7 +1287,7 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
           if (by_expert) {
             launch_dependent(t <= 4 ? gate_up_experts_kernel<4, T, WT> : gate_up_experts_kernel<8, T, WT>, gu_grid, kDecodeThreads, 0,
                              stream, pdl, a);
-            launch_dependent(down_experts_kernel<T, WT>, down_blocks, kDecodeThreads, 0, stream, pdl, a);
+            launch_dependent(down_experts_kernel<T, WT>, down_blocks, kDecodeThreads, a.h_staged ? h_bytes : 0, stream, pdl, a);
           } else {
             launch_dependent(gate_up_decode_kernel<T, WT>, gu_grid, kDecodeThreads, x_row_bytes, stream, pdl, a);
             launch_dependent(down_decode_kernel<T, WT>, down_blocks, kDecodeThreads, h_rows_bytes, stream, pdl, a);

@@ -366,5 +366,8 @@ EMBER_PARITY_CASE(moe_layer_experts_t5_top8_of_128_fp8_block_i100_shared, {  // 
 EMBER_PARITY_CASE(moe_layer_experts_t16_top8_of_8_fp8_block_f32, {
   return layer_case(d, forced_decode(with_fp8(config(16, 128, 8, 128, 8, kFloat32))), 70);
 });
+// down_experts stages all of h in shared memory when it fits (about 41 KB): the cases above do,
+// except the f32 one just above; here h is 128 x 256 bf16 (64 KB) and is read from global memory.
+EMBER_PARITY_CASE(moe_layer_experts_t16_top8_of_128_bf16_h_unstaged, { return layer_case(d, config(16, 256, 128, 256, 8), 71); });
 
 }  // namespace ember::test
