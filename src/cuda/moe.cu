@@ -52,8 +52,9 @@
 //       per-pair kernels lost to torch (T=16 bf16: 507 us, torch 390 us; docs/PERF.md).
 //   v3.1: a token's x row and h rows are staged in shared memory once per block (x before the
 //       wait for the router, overlapping it). Not measured yet.
-//   v4: T > 1 reads each distinct expert once (gate_up_experts / down_experts above); T = 1
-//       keeps v3.1. Not measured yet. (this)
+//   v4: T > 1 reads each distinct expert once (gate_up_experts / down_experts above); down
+//       stages all of h in shared memory when it fits (~41 KB). T = 1 keeps v3.1. Not measured
+//       yet. (this)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
