@@ -5,9 +5,13 @@
 // layouts on each kernel; the fused layer its decode (<= 128 pairs) and prefill paths. Only rows
 // inside the groups are compared, or a pre-filled output whose rows past offs[-1] must survive.
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <random>
+#include <string>
+#include <tuple>
 
 #include "backend.h"
 #include "parity/harness.h"
@@ -115,13 +119,46 @@ struct LayerConfig {
   DType dt = kBFloat16;
   MoeScoring scoring = MoeScoring::Softmax;
   bool bias = false, shared = false, fp8 = false;
+  bool split = false;        // gate and up as two tensors (FP8 block scales of each, any intermediate size)
+  int64_t down_pad = 0;      // down stored [E, H, I + pad] and narrowed: 16-byte rows for an I that is not a multiple of 8
+  bool force_decode = false;  // EMBER_MOE_PATH=decode: the decode kernels where the size rule picks the grouped path
 };
 LayerConfig config(int64_t t, int64_t h, int64_t e, int64_t inter, int64_t k, DType dt = kBFloat16) { return {t, h, e, inter, k, dt}; }
 LayerConfig lfm2(int64_t t) { return {t, 192, 8, 112, 2, kBFloat16, MoeScoring::Sigmoid, true}; }
 LayerConfig with_shared(LayerConfig c) { c.shared = true; return c; }
 LayerConfig with_fp8(LayerConfig c) { c.fp8 = true; return c; }
+LayerConfig split_fp8(LayerConfig c) { c.fp8 = c.split = true; return c; }
+LayerConfig with_down_pad(LayerConfig c, int64_t pad) { c.down_pad = pad; return c; }
+LayerConfig forced_decode(LayerConfig c) { c.force_decode = true; return c; }
+
+// Sets EMBER_MOE_PATH for its lifetime and restores the previous value (the CPU ignores it).
+class ScopedMoePath {
+ public:
+  explicit ScopedMoePath(const char* path) {
+    if (const char* old = std::getenv("EMBER_MOE_PATH")) previous_ = old;
+    setenv("EMBER_MOE_PATH", path, 1);
+  }
+  ~ScopedMoePath() {
+    if (previous_) setenv("EMBER_MOE_PATH", previous_->c_str(), 1);
+    else unsetenv("EMBER_MOE_PATH");
+  }
+  ScopedMoePath(const ScopedMoePath&) = delete;
+  ScopedMoePath& operator=(const ScopedMoePath&) = delete;
+
+ private:
+  std::optional<std::string> previous_;
+};
+
+// FP8 codes and 128x128 block scales of w [E, N, K], quantised once on the CPU so both devices
+// see the same codes.
+std::pair<Tensor, Tensor> fp8_block(Device d, const Tensor& w) {
+  const auto [q, s] = quantize_fp8(w.to(Device::cpu()).contiguous(), Fp8Granularity::Block128);
+  return {q.to(d), s.to(d)};
+}
 
 std::vector<Tensor> layer_case(Device d, const LayerConfig& c, uint64_t seed) {
+  std::optional<ScopedMoePath> path;
+  if (c.force_decode) path.emplace("decode");
   const auto [x, router] = routed_inputs(d, c.t, c.h, c.e, c.dt, seed);
   MoeExperts ex;
   MoeLayerOptions o;
@@ -129,20 +166,23 @@ std::vector<Tensor> layer_case(Device d, const LayerConfig& c, uint64_t seed) {
   o.route.scoring = c.scoring;
   if (c.scoring == MoeScoring::Sigmoid) o.route.norm_eps = 1e-6;
   if (c.bias) o.route.expert_bias = rand_on(d, {c.e}, kFloat32, seed + 2) * Scalar(0.01);
-  const Device cpu = Device::cpu();
   const Tensor gate_up = randn_on(d, {c.e, 2 * c.inter, c.h}, kFloat32, seed + 3) * Scalar(0.05);
-  const Tensor down = randn_on(d, {c.e, c.h, c.inter}, kFloat32, seed + 4) * Scalar(0.05);
-  if (c.fp8) {  // quantised once on the CPU so both devices see the same codes
-    const auto [gq, gs] = quantize_fp8(gate_up.to(cpu), Fp8Granularity::Block128);
-    const auto [dq, ds] = quantize_fp8(down.to(cpu), Fp8Granularity::Block128);
-    ex.gate_up = gq.to(d);
-    ex.gate_up_scale = gs.to(d);
-    ex.down = dq.to(d);
-    ex.down_scale = ds.to(d);
+  // The padding columns hold values too: nothing may read them.
+  const Tensor down_padded = randn_on(d, {c.e, c.h, c.inter + c.down_pad}, kFloat32, seed + 4) * Scalar(0.05);
+  if (c.fp8) {
+    if (c.split) {
+      std::tie(ex.gate, ex.gate_scale) = fp8_block(d, gate_up.narrow(1, 0, c.inter));
+      std::tie(ex.up, ex.up_scale) = fp8_block(d, gate_up.narrow(1, c.inter, c.inter));
+    } else {
+      std::tie(ex.gate_up, ex.gate_up_scale) = fp8_block(d, gate_up);
+    }
+    // The scales of the padded matrix: as many 128-column blocks as I when the pad stays in the last block.
+    std::tie(ex.down, ex.down_scale) = fp8_block(d, down_padded);
   } else {
     ex.gate_up = gate_up.to(c.dt);
-    ex.down = down.to(c.dt);
+    ex.down = down_padded.to(c.dt);
   }
+  ex.down = ex.down.narrow(2, 0, c.inter);
   if (c.shared) {
     o.shared = MoeSharedExpert{(randn_on(d, {2 * 48, c.h}, kFloat32, seed + 5) * Scalar(0.05)).to(c.dt),
                                (randn_on(d, {c.h, 48}, kFloat32, seed + 6) * Scalar(0.05)).to(c.dt),
@@ -298,5 +338,36 @@ EMBER_PARITY_CASE(moe_layer_qwen35_shared_prefill, { return layer_case(d, with_s
 EMBER_PARITY_CASE(moe_layer_fp8_block_decode, { return layer_case(d, with_fp8(config(2, 256, 16, 128, 4)), 58); });
 EMBER_PARITY_CASE(moe_layer_fp8_block_prefill, { return layer_case(d, with_fp8(config(50, 256, 16, 128, 4)), 59); });
 EMBER_PARITY_CASE(moe_layer_odd_sizes_f32, { return layer_case(d, config(5, 36, 6, 20, 3, kFloat32), 60); });
+
+// The decode kernels at T > 1 (v4: each distinct expert read once for all of its pairs). The
+// routed inputs send token t by channel t % 4, so tokens 4 apart share their experts; with top-8
+// of 8 every expert takes every token. gate_up keeps 4 pairs per pass while T <= 4, else 8, and
+// down 2 per group: T = 16 over 8 experts gives each expert 16 pairs, several passes and groups.
+// Cases whose pairs outnumber the experts force the decode path (the size rule picks grouped).
+EMBER_PARITY_CASE(moe_layer_experts_t2_top8_of_8_bf16, { return layer_case(d, forced_decode(config(2, 256, 8, 96, 8)), 61); });
+EMBER_PARITY_CASE(moe_layer_experts_t2_top8_of_128_f16_shared, {
+  return layer_case(d, with_shared(config(2, 256, 128, 64, 8, kFloat16)), 62);
+});
+EMBER_PARITY_CASE(moe_layer_experts_t5_top8_of_128_f32, { return layer_case(d, config(5, 128, 128, 64, 8, kFloat32), 63); });
+EMBER_PARITY_CASE(moe_layer_experts_t5_top8_of_8_f32_odd_sizes, {  // H % 8 = 4 and I % 8 = 4: both tails
+  return layer_case(d, forced_decode(config(5, 36, 8, 20, 8, kFloat32)), 64);
+});
+EMBER_PARITY_CASE(moe_layer_experts_t16_top8_of_128_bf16, { return layer_case(d, config(16, 256, 128, 96, 8), 65); });
+EMBER_PARITY_CASE(moe_layer_experts_t16_top8_of_8_bf16_shared, {
+  return layer_case(d, forced_decode(with_shared(config(16, 256, 8, 64, 8))), 66);
+});
+EMBER_PARITY_CASE(moe_layer_experts_t16_top4_of_8_bf16_i100, {  // I % 8 = 4, down rows padded to 104
+  return layer_case(d, forced_decode(with_down_pad(config(16, 256, 8, 100, 4), 4)), 67);
+});
+EMBER_PARITY_CASE(moe_layer_experts_t16_top4_of_8_fp8_block, { return layer_case(d, forced_decode(with_fp8(config(16, 256, 8, 128, 4))), 68); });
+EMBER_PARITY_CASE(moe_layer_experts_t5_top8_of_128_fp8_block_i100_shared, {  // FP8 down rows padded to 112
+  return layer_case(d, with_shared(with_down_pad(split_fp8(config(5, 256, 128, 100, 8)), 12)), 69);
+});
+EMBER_PARITY_CASE(moe_layer_experts_t16_top8_of_8_fp8_block_f32, {
+  return layer_case(d, forced_decode(with_fp8(config(16, 128, 8, 128, 8, kFloat32))), 70);
+});
+// down_experts stages all of h in shared memory when it fits (about 41 KB): the cases above do,
+// except the f32 one just above; here h is 128 x 256 bf16 (64 KB) and is read from global memory.
+EMBER_PARITY_CASE(moe_layer_experts_t16_top8_of_128_bf16_h_unstaged, { return layer_case(d, config(16, 256, 128, 256, 8), 71); });
 
 }  // namespace ember::test
