@@ -62,6 +62,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "backend.h"
@@ -305,19 +306,23 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteA
           const int64_t c = c0 + u * 32;
           wr[u] = c < chunks ? gmm::load_raw8(w + c * 8) : gmm::Raw8<X>{};
         }
+        // Each token row's chunks are loaded as a batch too (raw, before any is used): v3 loaded
+        // them one at a time inside the product, one dependent L2 round trip per chunk.
 #pragma unroll
-        for (int u = 0; u < kRouterLoads; ++u) {
-          const int64_t c = c0 + u * 32;
-          if (c >= chunks) break;
-          float wf[8];
-          gmm::unpack8(wr[u], wf);
+        for (int r = 0; r < kRouterRows; ++r) {
+          if (r >= nr) break;
+          gmm::Raw8<X> xr[kRouterLoads];
 #pragma unroll
-          for (int r = 0; r < kRouterRows; ++r) {
-            if (r < nr) {
-              float xf[8];
-              load8(x + (t0 + r) * a.x_ts + c * 8, xf);
-              acc[r] = gmm::dot8(xf, wf, acc[r]);
-            }
+          for (int u = 0; u < kRouterLoads; ++u) {
+            const int64_t c = c0 + u * 32;
+            xr[u] = c < chunks ? gmm::load_raw8(x + (t0 + r) * a.x_ts + c * 8) : gmm::Raw8<X>{};
+          }
+#pragma unroll
+          for (int u = 0; u < kRouterLoads; ++u) {
+            float wf[8], xf[8];
+            gmm::unpack8(wr[u], wf);
+            gmm::unpack8(xr[u], xf);
+            acc[r] = gmm::dot8(xf, wf, acc[r]);  // chunks past the row are zeros
           }
         }
       }
@@ -997,6 +1002,249 @@ __global__ void __launch_bounds__(kDecodeThreads, 2) down_experts_kernel(DecodeA
   for (int t = lane; t < tokens; t += 32) out[t * a.o_ts] = from_f<T>(sum[t]);
 }
 
+// ---- T = 1 decode through the bulk-copy engine (sm_90) ---------------------------------------------
+// v5: the chosen experts' weight rows stream into shared memory by cp.async.bulk (the TMA's 1D
+// copies, counted on an mbarrier) in stages of whole rows, up to kBulkMaxStages stages in flight
+// per block, one block per SM walking a static list of work items. The bytes in flight no longer
+// depend on registers (v3.1 kept 2 KB per warp in flight: gate_up 2.7 TB/s, 22 us; down 1.8 TB/s,
+// 14 us under ncu), and DRAM sees whole rows (2-4 KB) per request.
+//   gate_up_bulk_kernel  item = 8 channels of one slot (a pair, or the token's shared expert):
+//                        their 8 gate and 8 up rows; warp w computes channel w from shared memory.
+//   down_bulk_kernel     item = R consecutive outputs: rows n0..n0+R-1 of each pair's expert
+//                        (and of the shared expert); warps take the (row, pair) products, then
+//                        thread r adds its output's products in pair order (deterministic). Its
+//                        weights depend on the router only, so a block issues its first stages
+//                        BEFORE waiting for gate_up (gate_up lets it launch only after gate_up's
+//                        own wait for the router: the expert ids are final by then).
+constexpr int kBulkWarps = 8, kBulkThreads = kBulkWarps * 32, kBulkMaxStages = 4;
+constexpr int kBulkMaxRows = 8;                 // outputs per down item
+constexpr size_t kBulkSmemMax = 220 * 1024;     // of the 227 KB of shared memory a block may opt in to
+constexpr size_t kBulkStageTarget = 48 * 1024;  // bytes per down stage, about
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n fence.mbarrier_init.release.cluster;" ::"r"(smem_u32(bar)) : "memory");
+#endif
+}
+// The phase's one arrival, announcing `bytes` of bulk copies that complete on it.
+__device__ __forceinline__ void mbarrier_expect_bytes(uint64_t* bar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, unsigned parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n .reg .pred ready;\n retry:\n mbarrier.try_wait.parity.shared::cta.b64 ready, [%0], %1;\n @!ready bra retry;\n}" ::"r"(
+          smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+#endif
+}
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to this block's shared
+// memory, completing on `bar`.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
+               "l"(src), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
+#endif
+}
+constexpr size_t round_up(size_t v, size_t m) { return (v + m - 1) / m * m; }
+
+// The shared-memory plan of the bulk kernels, computed once on the host and passed in.
+struct BulkPlan {
+  int stages = 0;
+  int64_t items = 0;
+  size_t act_bytes = 0;    // activations at the start: x (gate_up) or h (down), 128-byte multiple
+  size_t row_bytes = 0;    // one expert weight row in a stage (16-byte multiple)
+  size_t s_row_bytes = 0;  // one shared-expert weight row
+  size_t stage_bytes = 0;
+  int rows = kBulkWarps;   // channels (gate_up) or outputs (down) per item
+  size_t smem() const { return act_bytes + stages * stage_bytes; }
+};
+
+template <class T, class WT>
+__global__ void __launch_bounds__(kBulkThreads, 1) gate_up_bulk_kernel(DecodeArgs a, BulkPlan p) {
+  extern __shared__ __align__(128) unsigned char bulk_smem[];
+  __shared__ __align__(8) uint64_t full[kBulkMaxStages];
+  T* x = reinterpret_cast<T*>(bulk_smem);  // [hidden]: the token's row
+  unsigned char* stage0 = bulk_smem + p.act_bytes;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x < p.stages) mbarrier_init(&full[threadIdx.x]);
+  stage_row(static_cast<const T*>(a.x), x, a.hidden);  // x is ready before the router ran
+  wait_for_previous_kernel();                            // ids: the router's output
+  dependents_may_launch();  // after the wait: down reads the ids before its own wait
+  __syncthreads();
+  const int64_t pairs = a.k, per_pair = (a.inter + kBulkWarps - 1) / kBulkWarps;
+  // Item -> (slot, first channel, channels, expert or -1 for the shared expert).
+  const auto item_of = [&](int64_t item, int64_t& slot, int64_t& c0, int& nc, int64_t& e) {
+    if (item < pairs * per_pair) {
+      slot = item / per_pair;
+      c0 = item % per_pair * kBulkWarps;
+      nc = static_cast<int>(min(int64_t{kBulkWarps}, a.inter - c0));
+      e = a.ids[slot];
+    } else {
+      slot = pairs;
+      c0 = (item - pairs * per_pair) * kBulkWarps;
+      nc = static_cast<int>(min(int64_t{kBulkWarps}, a.s_inter - c0));
+      e = -1;
+    }
+  };
+  // Warp 0 issues item j's copies into stage j % stages: row r of gate to row r, of up to row 8 + r.
+  const auto issue = [&](int64_t j) {
+    int64_t slot, c0, e;
+    int nc;
+    item_of(blockIdx.x + j * gridDim.x, slot, c0, nc, e);
+    unsigned char* stage = stage0 + (j % p.stages) * p.stage_bytes;
+    uint64_t* bar = &full[j % p.stages];
+    const size_t row_bytes = e >= 0 ? a.hidden * sizeof(WT) : a.hidden * sizeof(T);
+    if (lane == 0) mbarrier_expect_bytes(bar, static_cast<unsigned>(2 * nc * row_bytes));
+    __syncwarp();
+    if (lane < 2 * kBulkWarps && lane % kBulkWarps < nc) {
+      const int r = lane % kBulkWarps;
+      const bool up = lane >= kBulkWarps;
+      const unsigned char* src;
+      if (e >= 0) {
+        src = reinterpret_cast<const unsigned char*>(static_cast<const WT*>(up ? a.up : a.gate) + e * a.gu_es +
+                                                     (c0 + r) * (up ? a.up_rs : a.gate_rs));
+      } else {
+        src = reinterpret_cast<const unsigned char*>(static_cast<const T*>(up ? a.s_up : a.s_gate) + (c0 + r) * a.s_rs);
+      }
+      bulk_load(stage + lane * p.row_bytes, src, static_cast<unsigned>(row_bytes), bar);
+    }
+  };
+  const int64_t my_items = p.items > blockIdx.x ? (p.items - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  if (warp == 0)
+    for (int64_t j = 0; j < min(int64_t{p.stages}, my_items); ++j) issue(j);
+  for (int64_t j = 0; j < my_items; ++j) {
+    mbarrier_wait(&full[j % p.stages], static_cast<unsigned>(j / p.stages) & 1u);
+    int64_t slot, c0, e;
+    int nc;
+    item_of(blockIdx.x + j * gridDim.x, slot, c0, nc, e);
+    const unsigned char* stage = stage0 + (j % p.stages) * p.stage_bytes;
+    if (warp < nc) {
+      T* h = static_cast<T*>(a.h) + slot * a.h_rs + c0 + warp;
+      if (e >= 0) {
+        gate_up_channel<T, WT>(x, reinterpret_cast<const WT*>(stage + warp * p.row_bytes),
+                               reinterpret_cast<const WT*>(stage + (kBulkWarps + warp) * p.row_bytes), a.hidden, a.gate_scale,
+                               a.up_scale, e, c0 + warp, h);
+      } else {
+        gate_up_channel<T, T>(x, reinterpret_cast<const T*>(stage + warp * p.row_bytes),
+                              reinterpret_cast<const T*>(stage + (kBulkWarps + warp) * p.row_bytes), a.hidden, WeightScale{},
+                              WeightScale{}, 0, c0 + warp, h);
+      }
+    }
+    __syncthreads();  // the stage is read: refill it
+    if (warp == 0 && j + p.stages < my_items) issue(j + p.stages);
+  }
+}
+
+// One warp: (w . h) over n elements in shared memory, lanes striding chunks of 8, times the
+// weight's block scales where it has them.
+template <class T, class WT>
+__device__ __forceinline__ float shared_row_dot(const WT* w, const T* h, int64_t n, const WeightScale& s, int64_t e, int64_t row) {
+  const int lane = threadIdx.x % 32;
+  const int64_t chunks = n / 8;
+  const bool blocks = s.kind == WeightScale::Block128;
+  float d = 0.f;
+  for (int64_t c = lane; c < chunks; c += 32) {
+    float wf[8], hf[8];
+    load8(w + c * 8, wf);
+    load8(h + c * 8, hf);
+    const float part = gmm::dot8(wf, hf, 0.f);
+    d += blocks ? part * block_scale(s, e, row, c * 8) : part;
+  }
+  for (int64_t i = chunks * 8 + lane; i < n; i += 32) d = fmaf(to_f(w[i]) * block_scale(s, e, row, i), to_f(h[i]), d);
+  return warp_sum(d);
+}
+
+template <class T, class WT>
+__global__ void __launch_bounds__(kBulkThreads, 1) down_bulk_kernel(DecodeArgs a, BulkPlan p) {
+  extern __shared__ __align__(128) unsigned char bulk_smem[];
+  __shared__ __align__(8) uint64_t full[kBulkMaxStages];
+  __shared__ float pair_weight[kMaxDecodeTopK + 1];
+  __shared__ int64_t pair_expert[kMaxDecodeTopK];
+  __shared__ float product[2][kBulkMaxRows][kMaxDecodeTopK + 1];  // double-buffered by item
+  T* h = reinterpret_cast<T*>(bulk_smem);  // [k (+ 1 shared), h_rs]: the token's rows of h
+  unsigned char* stage0 = bulk_smem + p.act_bytes;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int k = a.k, sources = k + (a.shared ? 1 : 0);
+  // ids and weights are final: gate_up let this kernel launch only after its wait for the router.
+  for (int j = threadIdx.x; j < k; j += kBulkThreads) {
+    pair_expert[j] = __ldcg(a.ids + j);
+    pair_weight[j] = __ldcg(a.weights + j);
+  }
+  if (threadIdx.x == 0 && a.shared) pair_weight[k] = a.sg ? __ldcg(a.sg) : 1.f;
+  if (threadIdx.x < p.stages) mbarrier_init(&full[threadIdx.x]);
+  __syncthreads();
+  // Item j: outputs n0 .. n0 + nr - 1; its stage holds row r of source s at (s * rows + r) * row size
+  // (experts' rows first, then the shared expert's).
+  const auto outputs_of = [&](int64_t j, int64_t& n0, int& nr) {
+    n0 = (blockIdx.x + j * gridDim.x) * p.rows;
+    nr = static_cast<int>(min(int64_t{p.rows}, a.hidden - n0));
+  };
+  const auto row_in_stage = [&](int s, int r) {
+    return s < k ? (s * p.rows + r) * p.row_bytes : k * p.rows * p.row_bytes + r * p.s_row_bytes;
+  };
+  const auto issue = [&](int64_t j) {
+    int64_t n0;
+    int nr;
+    outputs_of(j, n0, nr);
+    unsigned char* stage = stage0 + (j % p.stages) * p.stage_bytes;
+    uint64_t* bar = &full[j % p.stages];
+    const size_t w_bytes = a.inter * sizeof(WT), s_bytes = a.s_inter * sizeof(T);
+    if (lane == 0) mbarrier_expect_bytes(bar, static_cast<unsigned>(nr * (k * w_bytes + (a.shared ? s_bytes : 0))));
+    __syncwarp();
+    for (int q = lane; q < sources * nr; q += 32) {
+      const int s = q / nr, r = q % nr;
+      if (s < k) {
+        const WT* src = static_cast<const WT*>(a.down) + pair_expert[s] * a.d_es + (n0 + r) * a.d_rs;
+        bulk_load(stage + row_in_stage(s, r), src, static_cast<unsigned>(w_bytes), bar);
+      } else {
+        const T* src = static_cast<const T*>(a.s_down) + (n0 + r) * a.sd_rs;
+        bulk_load(stage + row_in_stage(s, r), src, static_cast<unsigned>(s_bytes), bar);
+      }
+    }
+  };
+  const int64_t my_items = p.items > blockIdx.x ? (p.items - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  if (warp == 0)
+    for (int64_t j = 0; j < min(int64_t{p.stages}, my_items); ++j) issue(j);  // before the wait: weights only
+  wait_for_previous_kernel();  // h: gate_up's output
+  stage_row(static_cast<const T*>(a.h), h, sources * a.h_rs);  // slots 0..k-1 and k (shared) are adjacent at T = 1
+  __syncthreads();
+  for (int64_t j = 0; j < my_items; ++j) {
+    mbarrier_wait(&full[j % p.stages], static_cast<unsigned>(j / p.stages) & 1u);
+    int64_t n0;
+    int nr;
+    outputs_of(j, n0, nr);
+    const unsigned char* stage = stage0 + (j % p.stages) * p.stage_bytes;
+    float(*prod)[kMaxDecodeTopK + 1] = product[j % 2];
+    for (int q = warp; q < sources * nr; q += kBulkWarps) {
+      const int s = q / nr, r = q % nr;
+      if (s < k) {
+        const int64_t e = pair_expert[s];
+        const float d = shared_row_dot<T, WT>(reinterpret_cast<const WT*>(stage + row_in_stage(s, r)), h + s * a.h_rs, a.inter,
+                                              a.down_scale, e, n0 + r);
+        if (lane == 0) prod[r][s] = d * pair_weight[s] * column_scale(a.down_scale, e, n0 + r);
+      } else {
+        const float d = shared_row_dot<T, T>(reinterpret_cast<const T*>(stage + row_in_stage(s, r)), h + k * a.h_rs, a.s_inter,
+                                             WeightScale{}, 0, n0 + r);
+        if (lane == 0) prod[r][s] = d * pair_weight[k];
+      }
+    }
+    __syncthreads();  // the stage is read and the products are in
+    if (warp == 0 && j + p.stages < my_items) issue(j + p.stages);
+    if (threadIdx.x >= 32 && threadIdx.x < 32 + nr) {  // warp 1 adds (warp 0 issues)
+      const int r = threadIdx.x - 32;
+      float sum = 0.f;
+      for (int s = 0; s < sources; ++s) sum += prod[r][s];
+      static_cast<T*>(a.out)[n0 + r] = from_f<T>(sum);
+    }
+  }
+}
+
 // ---- host -----------------------------------------------------------------------------------------
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 bool rows_aligned(const Tensor& t, int64_t row_stride) {
@@ -1006,16 +1254,52 @@ int64_t round8(int64_t v) { return (v + 7) / 8 * 8; }
 unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>(std::clamp<int64_t>((n + threads - 1) / threads, 1, 65535)); }
 
 // EMBER_MOE_PATH=decode|grouped forces the decode kernels or the grouped path (permutation +
-// grouped products) so benchmarks can compare them on one shape; unset, the layer picks by size.
-enum class MoePath { Auto, Decode, Grouped };
+// grouped products) so benchmarks can compare them on one shape; decode-rows forces the decode
+// path without the bulk-copy kernels (T = 1 on sm_90). Unset, the layer picks by size.
+enum class MoePath { Auto, Decode, DecodeRows, Grouped };
 MoePath forced_moe_path() {
   const char* value = std::getenv("EMBER_MOE_PATH");
   if (value == nullptr || *value == '\0') return MoePath::Auto;
   const std::string v = value;
+  if (v == "decode-rows") return MoePath::DecodeRows;
   if (v == "decode") return MoePath::Decode;
   if (v == "grouped") return MoePath::Grouped;
-  fail("moe_layer", "EMBER_MOE_PATH: expected decode or grouped, got {}", v);
+  fail("moe_layer", "EMBER_MOE_PATH: expected decode, decode-rows or grouped, got {}", v);
 }
+
+// The bulk kernels' shared-memory plans for a T = 1 decode layer, or nullopt where they cannot
+// run: below sm_90 (or fast paths disabled), weight rows that are not 16-byte multiples, or
+// fewer than two stages fitting.
+struct BulkPlans {
+  BulkPlan gate_up, down;
+};
+std::optional<BulkPlans> bulk_plans(int device, size_t x_size, size_t w_size, int64_t hidden, int64_t inter, int k, bool shared,
+                                    int64_t s_inter, int64_t h_rs) {
+  if (!fast_paths_enabled(device, 90) || device_properties(device).sharedMemPerBlockOptin < kBulkSmemMax) return std::nullopt;
+  const auto multiple16 = [](size_t bytes) { return bytes % 16 == 0; };
+  if (!multiple16(hidden * w_size) || !multiple16(inter * w_size) ||
+      (shared && (!multiple16(hidden * x_size) || !multiple16(s_inter * x_size))))
+    return std::nullopt;
+  BulkPlans plans;
+  BulkPlan& g = plans.gate_up;
+  g.act_bytes = round_up(hidden * x_size, 128);
+  g.row_bytes = hidden * std::max(w_size, shared ? x_size : 0);
+  g.stage_bytes = 2 * kBulkWarps * g.row_bytes;
+  g.stages = static_cast<int>(std::min<size_t>(kBulkMaxStages, (kBulkSmemMax - std::min(kBulkSmemMax, g.act_bytes)) / g.stage_bytes));
+  g.items = k * ((inter + kBulkWarps - 1) / kBulkWarps) + (shared ? (s_inter + kBulkWarps - 1) / kBulkWarps : 0);
+  BulkPlan& d = plans.down;
+  d.act_bytes = round_up((k + (shared ? 1 : 0)) * h_rs * x_size, 128);
+  d.row_bytes = inter * w_size;
+  d.s_row_bytes = shared ? s_inter * x_size : 0;
+  const size_t per_output = k * d.row_bytes + d.s_row_bytes;
+  d.rows = static_cast<int>(std::clamp<size_t>(kBulkStageTarget / per_output, 1, kBulkMaxRows));
+  d.stage_bytes = d.rows * per_output;
+  d.stages = static_cast<int>(std::min<size_t>(kBulkMaxStages, (kBulkSmemMax - std::min(kBulkSmemMax, d.act_bytes)) / d.stage_bytes));
+  d.items = (hidden + d.rows - 1) / d.rows;
+  if (g.stages < 2 || d.stages < 2 || k > kMaxDecodeTopK) return std::nullopt;
+  return plans;
+}
+
 
 /// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch when `pdl`
 /// (the kernel must call wait_for_previous_kernel before reading the previous kernel's output).
@@ -1033,6 +1317,13 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   config.attrs = &attribute;
   config.numAttrs = pdl ? 1 : 0;
   EMBER_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
+}
+
+/// Launches a bulk kernel: one block per SM (or per item), its plan's shared memory.
+template <class Kernel> void launch_bulk(Kernel kernel, const DecodeArgs& a, const BulkPlan& plan, int device, cudaStream_t stream) {
+  EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem())));
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(plan.items, device_properties(device).multiProcessorCount));
+  launch_dependent(kernel, blocks, kBulkThreads, plan.smem(), stream, /*pdl=*/true, a, plan);
 }
 
 // Calls f(T*) with the kernel element type of a float dtype.
@@ -1181,7 +1472,7 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
                       (!shared || (rows_aligned(s_gate, s_gate.stride(0)) && rows_aligned(options.shared->down, options.shared->down.stride(0))));
 
   const MoePath forced = forced_moe_path();
-  EMBER_CHECK(forced != MoePath::Decode || decode_fits, "moe_layer",
+  EMBER_CHECK((forced != MoePath::Decode && forced != MoePath::DecodeRows) || decode_fits, "moe_layer",
               "EMBER_MOE_PATH=decode: expected at most {} (token, expert) pairs, top_k <= {}, 16-byte aligned rows and (T = 1) "
               "a row of x and a token's rows of h of at most {} bytes each, got {} pairs, top_k {}, {} and {} bytes",
               kMaxDecodePairs, kMaxDecodeTopK, kDecodeSmemMax, pairs, k, x_row_bytes, h_rows_bytes);
@@ -1191,7 +1482,7 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
   // T = 16 grouped 230 us vs decode 580 us; Qwen3-30B (E = 128, top-8) at T = 8 decode 261 us vs
   // grouped 281 us. The v4 kernels (T > 1) read each distinct expert once too; the rule stays
   // until they are measured.
-  const bool decode = forced == MoePath::Auto ? decode_fits && pairs <= e : forced == MoePath::Decode;
+  const bool decode = forced == MoePath::Auto ? decode_fits && pairs <= e : forced == MoePath::Decode || forced == MoePath::DecodeRows;
   // T > 1 on the decode path: the router also groups the pairs by expert for the v4 kernels.
   const bool by_expert = decode && t > 1;
   const int64_t expert_slots = std::min(e, pairs);
@@ -1269,6 +1560,11 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
     const auto h_bytes = static_cast<size_t>(slots * h_rs) * x.itemsize();
     a.h_staged = h_bytes <= kDownExpertsSmemMax;
     const bool pdl = fast_paths_enabled(device, 90);
+    // T = 1 on sm_90: the bulk-copy kernels where their shared-memory plan fits.
+    const std::optional<BulkPlans> bulk =
+        t == 1 && forced != MoePath::DecodeRows && x.dtype() != kFloat64
+            ? bulk_plans(device, x.itemsize(), experts.gate.itemsize(), hidden, inter, k, shared, s_inter, h_rs)
+            : std::nullopt;
     with_float(x.dtype(), [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       if constexpr (!std::is_same_v<T, double>) {
@@ -1278,6 +1574,9 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
             launch_dependent(t <= 4 ? gate_up_experts_kernel<4, T, WT> : gate_up_experts_kernel<8, T, WT>, gu_grid, kDecodeThreads, 0,
                              stream, pdl, a);
             launch_dependent(down_experts_kernel<T, WT>, down_blocks, kDecodeThreads, a.h_staged ? h_bytes : 0, stream, pdl, a);
+          } else if (bulk) {
+            launch_bulk(gate_up_bulk_kernel<T, WT>, a, bulk->gate_up, device, stream);
+            launch_bulk(down_bulk_kernel<T, WT>, a, bulk->down, device, stream);
           } else {
             launch_dependent(gate_up_decode_kernel<T, WT>, gu_grid, kDecodeThreads, x_row_bytes, stream, pdl, a);
             launch_dependent(down_decode_kernel<T, WT>, down_blocks, kDecodeThreads, h_rows_bytes, stream, pdl, a);
