@@ -53,6 +53,7 @@
 #include <mutex>
 #include <utility>
 
+#include "cuda/bulk_copy.cuh"
 #include "cuda/gemv.h"
 #include "cuda/native_float.cuh"
 #include "cuda/runtime.h"
@@ -145,6 +146,81 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ w,
     const float b = bias ? to_float(bias[row]) : 0.f;
 #pragma unroll
     for (int m = 0; m < MROWS; ++m) y[m * ldy + row] = from_float<T>(acc[m] + b);
+  }
+}
+
+// rows, large matrices, one input row (sm_90): one block per SM streams whole rows of W into
+// shared memory with bulk copies, up to kBulkStages stages of R rows in flight, so the bytes in
+// flight do not depend on registers and DRAM sees whole rows per request. Warp w sums part w / R
+// of row w % R (8 / R parts per row) from shared memory; the parts add in a fixed order.
+constexpr int kBulkStages = 4;
+constexpr size_t kBulkSmem = 220 * 1024;       // of the 227 KB a block may opt in to
+constexpr size_t kBulkStageBytes = 64 * 1024;  // per stage, at most
+constexpr int64_t kBulkMinBytes = 24 << 20;    // smaller matrices keep rows_kernel (one round trip)
+
+struct RowsBulkPlan {
+  int rows = 1, stages = 0;  // rows per stage (1, 2, 4 or 8)
+  size_t x_bytes = 0, row_bytes = 0, stage_bytes = 0;
+  int64_t items = 0;
+  size_t smem() const { return x_bytes + stages * stage_bytes; }
+};
+
+template <class T>
+__global__ void __launch_bounds__(kThreads, 1) rows_bulk_kernel(const T* __restrict__ w, int64_t ldw, const T* __restrict__ x,
+                                                                const T* __restrict__ bias, T* __restrict__ y, int64_t n_rows,
+                                                                int64_t k, RowsBulkPlan p) {
+  extern __shared__ __align__(128) unsigned char bulk_smem[];
+  __shared__ __align__(8) uint64_t full[kBulkStages];
+  __shared__ float part_sums[2][kThreads / 32];  // double-buffered by item
+  T* xs = reinterpret_cast<T*>(bulk_smem);
+  unsigned char* stage0 = bulk_smem + p.x_bytes;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int parts = (kThreads / 32) / p.rows, r = warp % p.rows, part = warp / p.rows;
+  if (threadIdx.x < p.stages) mbarrier_init(&full[threadIdx.x]);
+  const int64_t n_vec = k / kVec<T>;
+  for (int64_t i = threadIdx.x; i < n_vec; i += kThreads) reinterpret_cast<Vec<T>*>(xs)[i] = reinterpret_cast<const Vec<T>*>(x)[i];
+  __syncthreads();
+  const int64_t my_items = p.items > blockIdx.x ? (p.items - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  const auto issue = [&](int64_t j) {  // warp 0: item j's rows into stage j % stages
+    const int64_t row0 = (blockIdx.x + j * gridDim.x) * p.rows;
+    const int nr = static_cast<int>(min(int64_t{p.rows}, n_rows - row0));
+    unsigned char* stage = stage0 + (j % p.stages) * p.stage_bytes;
+    if (lane == 0) mbarrier_expect_bytes(&full[j % p.stages], static_cast<unsigned>(nr * k * sizeof(T)));
+    __syncwarp();
+    if (lane < nr) bulk_load(stage + lane * p.row_bytes, w + (row0 + lane) * ldw, static_cast<unsigned>(k * sizeof(T)), &full[j % p.stages]);
+  };
+  if (warp == 0)
+    for (int64_t j = 0; j < min(int64_t{p.stages}, my_items); ++j) issue(j);
+  for (int64_t j = 0; j < my_items; ++j) {
+    mbarrier_wait(&full[j % p.stages], static_cast<unsigned>(j / p.stages) & 1u);
+    const int64_t row0 = (blockIdx.x + j * gridDim.x) * p.rows;
+    const auto* wv = reinterpret_cast<const Vec<T>*>(stage0 + (j % p.stages) * p.stage_bytes + r * p.row_bytes);
+    const auto* xv = reinterpret_cast<const Vec<T>*>(xs);
+    float acc = 0.f;
+    if (row0 + r < n_rows) {
+      constexpr int kLoads = 4;  // shared loads in flight per lane before the first use
+      for (int64_t i0 = part * 32 + lane; i0 < n_vec; i0 += kLoads * 32 * parts) {
+        Vec<T> wq[kLoads], xq[kLoads];
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+          const int64_t i = i0 + u * 32 * parts;
+          wq[u] = i < n_vec ? wv[i] : Vec<T>{};
+          xq[u] = i < n_vec ? xv[i] : Vec<T>{};
+        }
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) acc = dot16(wq[u], xq[u], acc);
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (lane == 0) part_sums[j % 2][warp] = acc;
+    __syncthreads();  // the stage is read and the parts are in
+    if (warp == 0 && j + p.stages < my_items) issue(j + p.stages);
+    if (warp == 1 && lane < p.rows && row0 + lane < n_rows) {
+      float sum = bias ? to_float(bias[row0 + lane]) : 0.f;
+      for (int q = 0; q < parts; ++q) sum += part_sums[j % 2][q * p.rows + lane];
+      y[row0 + lane] = from_float<T>(sum);
+    }
   }
 }
 
@@ -374,7 +450,35 @@ template <class T, int MROWS> void launch_rows_m(const GemvArgs<T>& g, int devic
   }
 }
 
+// The bulk rows kernel's plan, or stages = 0 where rows_kernel runs instead: below sm_90 (or fast
+// paths disabled), several input rows, matrices under kBulkMinBytes, rows that are not 16-byte
+// multiples or aligned, or rows too long for two stages.
+template <class T> RowsBulkPlan rows_bulk_plan(const GemvArgs<T>& g, int device) {
+  RowsBulkPlan p;
+  const size_t row = g.k * sizeof(T);
+  if (g.m_rows != 1 || !fast_paths_enabled(device, 90) || g.n * static_cast<int64_t>(row) < kBulkMinBytes || row % 16 != 0 ||
+      (g.ldw * sizeof(T)) % 16 != 0 || !aligned16(g.w) || !aligned16(g.x) ||
+      device_properties(device).sharedMemPerBlockOptin < kBulkSmem)
+    return p;
+  p.row_bytes = row;
+  p.x_bytes = (row + 127) / 128 * 128;
+  while (p.rows < kThreads / 32 && 2 * p.rows * row <= kBulkStageBytes) p.rows *= 2;
+  p.stage_bytes = p.rows * row;
+  if (p.x_bytes + 2 * p.stage_bytes > kBulkSmem) return p;
+  p.stages = static_cast<int>(std::min<size_t>(kBulkStages, (kBulkSmem - p.x_bytes) / p.stage_bytes));
+  p.items = (g.n + p.rows - 1) / p.rows;
+  return p;
+}
+
+template <class T> void launch_rows_bulk(const GemvArgs<T>& g, const RowsBulkPlan& p, int device, cudaStream_t stream) {
+  const auto kernel = rows_bulk_kernel<T>;
+  EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem())));
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(p.items, device_properties(device).multiProcessorCount));
+  kernel<<<blocks, kThreads, p.smem(), stream>>>(g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k, p);
+}
+
 template <class T> void launch_rows(const GemvArgs<T>& g, int device, cudaStream_t stream) {
+  if (const RowsBulkPlan p = rows_bulk_plan(g, device); p.stages > 0) return launch_rows_bulk(g, p, device, stream);
   switch (g.m_rows) {
     case 1: return launch_rows_m<T, 1>(g, device, stream);
     case 2: return launch_rows_m<T, 2>(g, device, stream);

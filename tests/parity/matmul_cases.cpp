@@ -68,6 +68,18 @@ EMBER_PARITY_CASE_TOL(gemv_columns_split_k_bias, 2e-2, 2e-2, {
           matmul(w, col).to(kFloat32), linear(col.t(), w, bias).to(kFloat32)};
 });
 
+// The rows layout for matrices of 24 MB and more on sm_90 (v5): whole rows stream into shared
+// memory by bulk copies, R rows per stage with 8 / R warps per row. bf16 K = 2048 (R = 8, 813
+// items: stages refilled, the last item half full) with a bias; f32 K = 16400 (R = 1: a row is
+// one 64 KB stage, 8 warps per row, two stages); f16 K = 8192 (R = 4) as A @ v.
+EMBER_PARITY_CASE_TOL(gemv_rows_bulk_large, 2e-2, 2e-2, {
+  const Tensor x = randn_on(d, {1, 2048}, kBFloat16, 90), w = randn_on(d, {6500, 2048}, kBFloat16, 91) * Scalar(0.05);
+  const Tensor bias = randn_on(d, {6500}, kBFloat16, 92);
+  const Tensor x32 = randn_on(d, {1, 16400}, kFloat32, 93), w32 = randn_on(d, {400, 16400}, kFloat32, 94) * Scalar(0.05);
+  const Tensor a16 = randn_on(d, {1601, 8192}, kFloat16, 95) * Scalar(0.05), v16 = randn_on(d, {8192, 1}, kFloat16, 96);
+  return {linear(x, w, bias).to(kFloat32), linear(x32, w32, randn_on(d, {400}, kFloat32, 97)), matmul(a16, v16).to(kFloat32)};
+});
+
 // The columns layout on sm_90: one thread-block cluster per tile of columns (64 bf16/f16 or 32
 // f32 columns with 16-byte loads, 32 with one element per load) with K split over its blocks.
 // Edges: N not a multiple of the tile, K = 1 (a cluster of one block), K not a multiple of the
