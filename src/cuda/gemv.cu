@@ -2,6 +2,9 @@
 // f32 accumulation. Bandwidth-bound: the goal is reading W once at HBM speed (H200 ~4.2 TB/s).
 //
 // Kernels, by which way the matrix is unit-stride:
+//   rows_bulk_kernel  the same layout for one input row and a large W on sm_90: one block per
+//                  SM, whole rows copied into shared memory by the TMA (cp.async.bulk), several
+//                  stages in flight, warps summing rows (or parts of long rows) from there.
 //   rows_kernel    W unit-stride along K (nn.Linear weight [N, K], i.e. x @ W^T, or W @ x with
 //                  W row-major). A group of threads owns one output row and streams it with
 //                  16-byte loads; groups are 32..256 threads wide depending on N, so small-N
@@ -43,7 +46,11 @@
 //      last-block L2 read (~2-3 us on small shapes) by one cluster barrier; narrower tiles (8
 //      threads x 16 bytes, 32 K-slices per block) so small N still spreads over the SMs, and 8
 //      loads in flight per thread. Its rounding is the same every run. v4's kernel remains below
-//      sm_90 and for long K with few tiles. Not measured yet. (this)
+//      sm_90 and for long K with few tiles. Not measured yet.
+//   v5 rows on sm_90, one input row, matrices >= 24 MB (rows_bulk_kernel): v4's rows kernel reached
+//      3.5-3.6 TB/s on NxKx1 8192x8192, 4096x14336 and 28672x8192 (cuBLAS 3.9-4.1) with 4
+//      register loads in flight per thread; rows now stream into shared memory by bulk copies,
+//      up to 4 stages of 64 KB per SM in flight. Not measured yet. (this)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
