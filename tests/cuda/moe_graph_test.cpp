@@ -117,6 +117,17 @@ TEST(CudaMoeGraph, DecodeLayerWithSharedExpertReplays) {
 #endif
 }
 
+// T = 1: the bulk-copy kernels on sm_90 (their shared-memory opt-in happens at launch, inside the capture).
+TEST(CudaMoeGraph, SingleTokenLayerReplaysWithChangingRouting) {
+#ifdef EMBER_WITH_CUDA
+  if (!cuda::is_available()) GTEST_SKIP() << cuda::availability().reason;
+  capture_and_replay(1, false);
+  capture_and_replay(1, true);
+#else
+  GTEST_SKIP() << cuda::availability().reason;
+#endif
+}
+
 TEST(CudaMoeGraph, PrefillLayerReplaysWithChangingRouting) {
 #ifdef EMBER_WITH_CUDA
   if (!cuda::is_available()) GTEST_SKIP() << cuda::availability().reason;
