@@ -2,9 +2,6 @@
 // f32 accumulation. Bandwidth-bound: the goal is reading W once at HBM speed (H200 ~4.2 TB/s).
 //
 // Kernels, by which way the matrix is unit-stride:
-//   rows_bulk_kernel  the same layout for one input row and a large W on sm_90: one block per
-//                  SM, whole rows copied into shared memory by the TMA (cp.async.bulk), several
-//                  stages in flight, warps summing rows (or parts of long rows) from there.
 //   rows_kernel    W unit-stride along K (nn.Linear weight [N, K], i.e. x @ W^T, or W @ x with
 //                  W row-major). A group of threads owns one output row and streams it with
 //                  16-byte loads; groups are 32..256 threads wide depending on N, so small-N
@@ -38,7 +35,7 @@
 //      (fire-and-forget atomics) and the last block of a tile (ticket) reads ONE value per column,
 //      writes y and zeroes the accumulator for the next launch; v2's last block read every
 //      split's partial (up to 128 dependent L2 round trips per column). rows: 1..8 input rows
-//      per launch (small-batch decode) reuse each weight load for every row. (this)
+//      per launch (small-batch decode) reuse each weight load for every row.
 //      Float atomics make the columns kernel's rounding order vary run to run (~1 ulp of f32
 //      before the final bf16/f16 rounding).
 //   v5 columns on sm_90: K split over the blocks of one thread-block cluster per column tile and
@@ -46,11 +43,14 @@
 //      last-block L2 read (~2-3 us on small shapes) by one cluster barrier; narrower tiles (8
 //      threads x 16 bytes, 32 K-slices per block) so small N still spreads over the SMs, and 8
 //      loads in flight per thread. Its rounding is the same every run. v4's kernel remains below
-//      sm_90 and for long K with few tiles. Not measured yet.
-//   v5 rows on sm_90, one input row, matrices >= 24 MB (rows_bulk_kernel): v4's rows kernel reached
-//      3.5-3.6 TB/s on NxKx1 8192x8192, 4096x14336 and 28672x8192 (cuBLAS 3.9-4.1) with 4
-//      register loads in flight per thread; rows now stream into shared memory by bulk copies,
-//      up to 4 stages of 64 KB per SM in flight. Not measured yet. (this)
+//      sm_90 and for long K with few tiles. Measured at 11ca45d: faster than v4 where N <= 1024
+//      or K x N <= ~3.7M (up to 1.37x: 2048x512 5.67 -> 4.13 us), slower above (4096x4096 11.6
+//      -> 17.3 us), so it takes only those shapes. (this)
+//   v5 rows (rejected, measured at 11ca45d): for one input row and W >= 24 MB, rows streamed into
+//      shared memory by bulk copies (cp.async.bulk), up to 4 stages of 64 KB, one block per SM:
+//      slower on every shape it took (2048x151936 205 vs 140 us, 2304x256000 416 vs 302 us,
+//      8192x8192 the same 38 us): one block per SM consuming a stage between refills kept fewer
+//      bytes in flight than v4's many warps of register loads.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -60,7 +60,6 @@
 #include <mutex>
 #include <utility>
 
-#include "cuda/bulk_copy.cuh"
 #include "cuda/gemv.h"
 #include "cuda/native_float.cuh"
 #include "cuda/runtime.h"
@@ -153,81 +152,6 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ w,
     const float b = bias ? to_float(bias[row]) : 0.f;
 #pragma unroll
     for (int m = 0; m < MROWS; ++m) y[m * ldy + row] = from_float<T>(acc[m] + b);
-  }
-}
-
-// rows, large matrices, one input row (sm_90): one block per SM streams whole rows of W into
-// shared memory with bulk copies, up to kBulkStages stages of R rows in flight, so the bytes in
-// flight do not depend on registers and DRAM sees whole rows per request. Warp w sums part w / R
-// of row w % R (8 / R parts per row) from shared memory; the parts add in a fixed order.
-constexpr int kBulkStages = 4;
-constexpr size_t kBulkSmem = 220 * 1024;       // of the 227 KB a block may opt in to
-constexpr size_t kBulkStageBytes = 64 * 1024;  // per stage, at most
-constexpr int64_t kBulkMinBytes = 24 << 20;    // smaller matrices keep rows_kernel (one round trip)
-
-struct RowsBulkPlan {
-  int rows = 1, stages = 0;  // rows per stage (1, 2, 4 or 8)
-  size_t x_bytes = 0, row_bytes = 0, stage_bytes = 0;
-  int64_t items = 0;
-  size_t smem() const { return x_bytes + stages * stage_bytes; }
-};
-
-template <class T>
-__global__ void __launch_bounds__(kThreads, 1) rows_bulk_kernel(const T* __restrict__ w, int64_t ldw, const T* __restrict__ x,
-                                                                const T* __restrict__ bias, T* __restrict__ y, int64_t n_rows,
-                                                                int64_t k, RowsBulkPlan p) {
-  extern __shared__ __align__(128) unsigned char bulk_smem[];
-  __shared__ __align__(8) uint64_t full[kBulkStages];
-  __shared__ float part_sums[2][kThreads / 32];  // double-buffered by item
-  T* xs = reinterpret_cast<T*>(bulk_smem);
-  unsigned char* stage0 = bulk_smem + p.x_bytes;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int parts = (kThreads / 32) / p.rows, r = warp % p.rows, part = warp / p.rows;
-  if (threadIdx.x < p.stages) mbarrier_init(&full[threadIdx.x]);
-  const int64_t n_vec = k / kVec<T>;
-  for (int64_t i = threadIdx.x; i < n_vec; i += kThreads) reinterpret_cast<Vec<T>*>(xs)[i] = reinterpret_cast<const Vec<T>*>(x)[i];
-  __syncthreads();
-  const int64_t my_items = p.items > blockIdx.x ? (p.items - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
-  const auto issue = [&](int64_t j) {  // warp 0: item j's rows into stage j % stages
-    const int64_t row0 = (blockIdx.x + j * gridDim.x) * p.rows;
-    const int nr = static_cast<int>(min(int64_t{p.rows}, n_rows - row0));
-    unsigned char* stage = stage0 + (j % p.stages) * p.stage_bytes;
-    if (lane == 0) mbarrier_expect_bytes(&full[j % p.stages], static_cast<unsigned>(nr * k * sizeof(T)));
-    __syncwarp();
-    if (lane < nr) bulk_load(stage + lane * p.row_bytes, w + (row0 + lane) * ldw, static_cast<unsigned>(k * sizeof(T)), &full[j % p.stages]);
-  };
-  if (warp == 0)
-    for (int64_t j = 0; j < min(int64_t{p.stages}, my_items); ++j) issue(j);
-  for (int64_t j = 0; j < my_items; ++j) {
-    mbarrier_wait(&full[j % p.stages], static_cast<unsigned>(j / p.stages) & 1u);
-    const int64_t row0 = (blockIdx.x + j * gridDim.x) * p.rows;
-    const auto* wv = reinterpret_cast<const Vec<T>*>(stage0 + (j % p.stages) * p.stage_bytes + r * p.row_bytes);
-    const auto* xv = reinterpret_cast<const Vec<T>*>(xs);
-    float acc = 0.f;
-    if (row0 + r < n_rows) {
-      constexpr int kLoads = 4;  // shared loads in flight per lane before the first use
-      for (int64_t i0 = part * 32 + lane; i0 < n_vec; i0 += kLoads * 32 * parts) {
-        Vec<T> wq[kLoads], xq[kLoads];
-#pragma unroll
-        for (int u = 0; u < kLoads; ++u) {
-          const int64_t i = i0 + u * 32 * parts;
-          wq[u] = i < n_vec ? wv[i] : Vec<T>{};
-          xq[u] = i < n_vec ? xv[i] : Vec<T>{};
-        }
-#pragma unroll
-        for (int u = 0; u < kLoads; ++u) acc = dot16(wq[u], xq[u], acc);
-      }
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (lane == 0) part_sums[j % 2][warp] = acc;
-    __syncthreads();  // the stage is read and the parts are in
-    if (warp == 0 && j + p.stages < my_items) issue(j + p.stages);
-    if (warp == 1 && lane < p.rows && row0 + lane < n_rows) {
-      float sum = bias ? to_float(bias[row0 + lane]) : 0.f;
-      for (int q = 0; q < parts; ++q) sum += part_sums[j % 2][q * p.rows + lane];
-      y[row0 + lane] = from_float<T>(sum);
-    }
   }
 }
 
@@ -327,6 +251,7 @@ template <class T, bool VEC> struct ClusterTile {
 };
 constexpr int kClusterLoads = 8;  // 16-byte weight loads in flight per thread before the first use
 constexpr int kMaxClusterSize = 16;
+constexpr int64_t kClusterMaxElements = 3700000;  // above this (and N > 1024) v4's kernel is faster
 
 // columns, one cluster per column tile (sm_90): the cluster's blocks (blockIdx.y, one per rank)
 // split K into contiguous ranges, each block sums its slices in shared memory, then every block
@@ -457,35 +382,7 @@ template <class T, int MROWS> void launch_rows_m(const GemvArgs<T>& g, int devic
   }
 }
 
-// The bulk rows kernel's plan, or stages = 0 where rows_kernel runs instead: below sm_90 (or fast
-// paths disabled), several input rows, matrices under kBulkMinBytes, rows that are not 16-byte
-// multiples or aligned, or rows too long for two stages.
-template <class T> RowsBulkPlan rows_bulk_plan(const GemvArgs<T>& g, int device) {
-  RowsBulkPlan p;
-  const size_t row = g.k * sizeof(T);
-  if (g.m_rows != 1 || !fast_paths_enabled(device, 90) || g.n * static_cast<int64_t>(row) < kBulkMinBytes || row % 16 != 0 ||
-      (g.ldw * sizeof(T)) % 16 != 0 || !aligned16(g.w) || !aligned16(g.x) ||
-      device_properties(device).sharedMemPerBlockOptin < kBulkSmem)
-    return p;
-  p.row_bytes = row;
-  p.x_bytes = (row + 127) / 128 * 128;
-  while (p.rows < kThreads / 32 && 2 * p.rows * row <= kBulkStageBytes) p.rows *= 2;
-  p.stage_bytes = p.rows * row;
-  if (p.x_bytes + 2 * p.stage_bytes > kBulkSmem) return p;
-  p.stages = static_cast<int>(std::min<size_t>(kBulkStages, (kBulkSmem - p.x_bytes) / p.stage_bytes));
-  p.items = (g.n + p.rows - 1) / p.rows;
-  return p;
-}
-
-template <class T> void launch_rows_bulk(const GemvArgs<T>& g, const RowsBulkPlan& p, int device, cudaStream_t stream) {
-  const auto kernel = rows_bulk_kernel<T>;
-  EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(p.smem())));
-  const auto blocks = static_cast<unsigned>(std::min<int64_t>(p.items, device_properties(device).multiProcessorCount));
-  kernel<<<blocks, kThreads, p.smem(), stream>>>(g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k, p);
-}
-
 template <class T> void launch_rows(const GemvArgs<T>& g, int device, cudaStream_t stream) {
-  if (const RowsBulkPlan p = rows_bulk_plan(g, device); p.stages > 0) return launch_rows_bulk(g, p, device, stream);
   switch (g.m_rows) {
     case 1: return launch_rows_m<T, 1>(g, device, stream);
     case 2: return launch_rows_m<T, 2>(g, device, stream);
@@ -557,6 +454,11 @@ int cluster_size_limit(const void* kernel, int device) {
 template <class T, bool VEC> bool launch_columns_cluster(const GemvArgs<T>& g, int device, cudaStream_t stream) {
   using Tile = ClusterTile<T, VEC>;
   if (!fast_paths_enabled(device, 90)) return false;
+  // Measured on the H200 against v4 (11ca45d): the cluster path wins where N <= 1024 (2048x512
+  // 5.67 -> 4.13 us, 8192x1024 8.84 -> 8.36) or the matrix has at most ~3.7M elements (768x2048
+  // 4.97 -> 4.40, 2048x1792 6.60 -> 6.03), and loses from 2048x2048 up (6.32 -> 8.08, 4096x4096
+  // 11.6 -> 17.3): its 8-thread tiles read 128 bytes per row per warp load where v4 reads 512.
+  if (g.n > 1024 && g.n * g.k > kClusterMaxElements) return false;
   const auto kernel = cluster_columns_kernel<T, VEC>;
   const int max_cluster = cluster_size_limit(reinterpret_cast<const void*>(kernel), device);
   if (max_cluster == 0) return false;

@@ -117,7 +117,7 @@ TEST(CudaMoeGraph, DecodeLayerWithSharedExpertReplays) {
 #endif
 }
 
-// T = 1: the bulk-copy kernels on sm_90 (their shared-memory opt-in happens at launch, inside the capture).
+// T = 1: the per-pair decode kernels, with and without a shared expert.
 TEST(CudaMoeGraph, SingleTokenLayerReplaysWithChangingRouting) {
 #ifdef EMBER_WITH_CUDA
   if (!cuda::is_available()) GTEST_SKIP() << cuda::availability().reason;

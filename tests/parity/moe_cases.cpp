@@ -339,11 +339,9 @@ EMBER_PARITY_CASE(moe_layer_fp8_block_decode, { return layer_case(d, with_fp8(co
 EMBER_PARITY_CASE(moe_layer_fp8_block_prefill, { return layer_case(d, with_fp8(config(50, 256, 16, 128, 4)), 59); });
 EMBER_PARITY_CASE(moe_layer_odd_sizes_f32, { return layer_case(d, config(5, 36, 6, 20, 3, kFloat32), 60); });
 
-// The decode kernels at T > 1 (v4: each distinct expert read once for all of its pairs). The
-// routed inputs send token t by channel t % 4, so tokens 4 apart share their experts; with top-8
-// of 8 every expert takes every token. gate_up keeps 4 pairs per pass while T <= 4, else 8, and
-// down 2 per group: T = 16 over 8 experts gives each expert 16 pairs, several passes and groups.
-// Cases whose pairs outnumber the experts force the decode path (the size rule picks grouped).
+// The decode kernels at T > 1. The routed inputs send token t by channel t % 4, so tokens 4 apart
+// share their experts; with top-8 of 8 every expert takes every token. Cases whose pairs
+// outnumber the experts force the decode path (the size rule picks grouped).
 EMBER_PARITY_CASE(moe_layer_experts_t2_top8_of_8_bf16, { return layer_case(d, forced_decode(config(2, 256, 8, 96, 8)), 61); });
 EMBER_PARITY_CASE(moe_layer_experts_t2_top8_of_128_f16_shared, {
   return layer_case(d, with_shared(config(2, 256, 128, 64, 8, kFloat16)), 62);
@@ -366,23 +364,19 @@ EMBER_PARITY_CASE(moe_layer_experts_t5_top8_of_128_fp8_block_i100_shared, {  // 
 EMBER_PARITY_CASE(moe_layer_experts_t16_top8_of_8_fp8_block_f32, {
   return layer_case(d, forced_decode(with_fp8(config(16, 128, 8, 128, 8, kFloat32))), 70);
 });
-// down_experts stages all of h in shared memory when it fits (about 41 KB): the cases above do,
-// except the f32 one just above; here h is 128 x 256 bf16 (64 KB) and is read from global memory.
+// T = 16 with I = 256: the down kernel's h rows of one token (8 x 256 bf16) per pass.
 EMBER_PARITY_CASE(moe_layer_experts_t16_top8_of_128_bf16_h_unstaged, { return layer_case(d, config(16, 256, 128, 256, 8), 71); });
 
-// The T = 1 bulk-copy kernels (sm_90; v5): weight rows stream into shared memory in stages. The
-// cases cover partial channel groups and element tails (f32 H = 36, I = 20), a shared expert in
-// x's dtype beside FP8 experts (rows of two sizes in one stage), a last down item with fewer
-// outputs (I = 1024: 3 outputs per item, H = 256), stages refilled many times (FP8 H = 6144:
-// 2 gate_up stages, 768 down items), the Qwen3-30B shapes with 16 experts, and I = 100 (200-byte
-// rows: not a 16-byte multiple), which takes the v3.1 kernels.
-EMBER_PARITY_CASE(moe_layer_bulk_t1_f32_odd_sizes, { return layer_case(d, config(1, 36, 6, 20, 3, kFloat32), 72); });
-EMBER_PARITY_CASE(moe_layer_bulk_t1_bf16_shared, { return layer_case(d, with_shared(config(1, 256, 32, 64, 8)), 73); });
-EMBER_PARITY_CASE(moe_layer_bulk_t1_lfm2_sigmoid_bias, { return layer_case(d, lfm2(1), 74); });
-EMBER_PARITY_CASE(moe_layer_bulk_t1_fp8_split_shared, { return layer_case(d, with_shared(split_fp8(config(1, 256, 16, 128, 4))), 75); });
-EMBER_PARITY_CASE(moe_layer_bulk_t1_bf16_partial_down_item, { return layer_case(d, config(1, 256, 16, 1024, 8), 76); });
-EMBER_PARITY_CASE(moe_layer_bulk_t1_fp8_stages_reused, { return layer_case(d, with_fp8(config(1, 6144, 4, 128, 2)), 77); });
-EMBER_PARITY_CASE(moe_layer_bulk_t1_qwen3_shapes_bf16, { return layer_case(d, config(1, 2048, 16, 768, 8), 78); });
-EMBER_PARITY_CASE(moe_layer_rows_t1_bf16_i100, { return layer_case(d, with_down_pad(config(1, 256, 16, 100, 4), 4), 79); });
+// T = 1 decode layers: partial channel groups and element tails (f32 H = 36, I = 20), a shared
+// expert in x's dtype beside FP8 experts, I = 1024, FP8 H = 6144, the Qwen3-30B shapes with 16
+// experts, and I = 100 (down rows padded to 104).
+EMBER_PARITY_CASE(moe_layer_t1_f32_odd_sizes, { return layer_case(d, config(1, 36, 6, 20, 3, kFloat32), 72); });
+EMBER_PARITY_CASE(moe_layer_t1_bf16_shared, { return layer_case(d, with_shared(config(1, 256, 32, 64, 8)), 73); });
+EMBER_PARITY_CASE(moe_layer_t1_lfm2_sigmoid_bias, { return layer_case(d, lfm2(1), 74); });
+EMBER_PARITY_CASE(moe_layer_t1_fp8_split_shared, { return layer_case(d, with_shared(split_fp8(config(1, 256, 16, 128, 4))), 75); });
+EMBER_PARITY_CASE(moe_layer_t1_bf16_i1024, { return layer_case(d, config(1, 256, 16, 1024, 8), 76); });
+EMBER_PARITY_CASE(moe_layer_t1_fp8_h6144, { return layer_case(d, with_fp8(config(1, 6144, 4, 128, 2)), 77); });
+EMBER_PARITY_CASE(moe_layer_t1_qwen3_shapes_bf16, { return layer_case(d, config(1, 2048, 16, 768, 8), 78); });
+EMBER_PARITY_CASE(moe_layer_t1_bf16_i100, { return layer_case(d, with_down_pad(config(1, 256, 16, 100, 4), 4), 79); });
 
 }  // namespace ember::test
