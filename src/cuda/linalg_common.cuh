@@ -1,6 +1,6 @@
-// Shared by the CUDA linear algebra files (linalg.cu, linalg_small.cu): element arithmetic for
-// the four LAPACK types (float, double and a two-word complex with the layout of cuComplex and
-// std::complex), the dtype dispatch, column-major batch descriptors and the device guard.
+// Shared by the CUDA linear algebra files (linalg*.cu): element arithmetic for the four LAPACK
+// types (float, double and a two-word complex with the layout of cuComplex and std::complex), the
+// dtype dispatch, column-major batch descriptors and the device guard.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -152,7 +152,7 @@ inline unsigned blocks_for(int64_t work, int threads) {
   return static_cast<unsigned>((work + threads - 1) / threads);
 }
 
-// ---- small-matrix kernels (linalg_small.cu): square n <= kSmallN, any batch -------------------
+// ---- small-matrix kernels (linalg_small*.cu): square n <= kSmallN, any batch ------------------
 inline constexpr int64_t kSmallN = 16;
 /// LU with partial pivoting of each n x n LU[b] (column-major, n <= kSmallN) in place.
 void small_lu_factor(const Tensor& LU, const Tensor& pivots, const Tensor& info);

@@ -1,15 +1,17 @@
-// Small and medium matrices on CUDA, where the libraries' per-matrix overheads dominate.
+// LU factorization and inverse of small and medium matrices on CUDA, where the libraries'
+// per-matrix overheads dominate, and the entry points of the small-matrix kernels declared in
+// linalg_common.cuh (lu_solve's kernels are in linalg_small_solve.cuh, the helpers both use in
+// linalg_small.cuh).
 //
 // n <= 4 with at most 128 bytes per matrix (every n <= 4 but complex128 3x3 and 4x4): one thread
 // per matrix, the whole matrix in registers, pivot search and row swaps fully unrolled (swaps as
-// selects). A block of 128 threads stages its 128 matrices through shared memory stored
-// element-major (conflict-free per-thread reads); a packed batch moves as one contiguous chunk of
-// coalesced 16-byte loads, all issued before the first use. Factor (LU, pivots as one 16-byte
-// store for n = 4, info), inverse (Gauss-Jordan on [A | I]) and the one-right-hand-side solve
-// each take one pass over memory. Versions: the lane-group kernel below was the first for n <= 4
-// too (H200, 1M matrices: f32 4x4 inverse 114 us, ~1.2 TB/s; c64 4x4 lu_factor and lu_solve k=1
-// both far from the roofline): its 4-byte strided staging, int64 index math and the shuffles of
-// every pivot step bound it; one thread per matrix needs neither.
+// selects), the block's matrices staged through shared memory (linalg_small.cuh). Factor (LU,
+// pivots as one 16-byte store for n = 4, info), inverse (Gauss-Jordan on [A | I]) and the
+// one-right-hand-side solve (linalg_small_solve.cuh) each take one pass over memory. Versions: the
+// lane-group kernel below was the first for n <= 4 too (H200, 1M matrices: f32 4x4 inverse
+// 114 us, ~1.2 TB/s; c64 4x4 lu_factor and lu_solve k=1 both far from the roofline): its 4-byte
+// strided staging, int64 index math and the shuffles of every pivot step bound it; one thread per
+// matrix needs neither.
 //
 // Other n <= 16 (square): one group of G lanes per matrix (G = the power of two >= n), lane r holding
 // row r in registers. A block stages its matrices through shared memory so global loads and
@@ -17,13 +19,10 @@
 // are never moved: each lane tracks the position of its row, so a pivot step costs one butterfly
 // reduction over the group (|re| + |im| scores and first-index tie-breaks, LAPACK's i?amax) and
 // one broadcast of the pivot row. The same loop either factors (LU, pivots, info) or runs
-// Gauss-Jordan on [A | I] for the inverse, in one launch. Solves with a factored small matrix
-// use one thread per (matrix, right-hand side).
+// Gauss-Jordan on [A | I] for the inverse, in one launch.
 //
 // m, n <= 64: one thread block per matrix, the matrix in shared memory, right-looking getf2.
-#include <type_traits>
-
-#include "cuda/linalg_common.cuh"
+#include "cuda/linalg_small.cuh"
 
 namespace ember::cuda::linalg_detail {
 namespace {
@@ -31,9 +30,6 @@ namespace {
 constexpr int kStageBytes = 32 * 1024;
 
 template <int N> constexpr int group_for() { return N <= 2 ? 2 : N <= 4 ? 4 : N <= 8 ? 8 : 16; }
-/// Shared-memory stride of one staged n x n matrix: odd, so lanes of different matrices hit
-/// different banks.
-template <int N> constexpr int padded() { return (N * N) | 1; }
 template <class T, int N> constexpr int matrices_per_block() {
   constexpr int G = group_for<N>(), per_warp = 32 / G;
   constexpr int by_threads = 256 / G, by_shared = kStageBytes / (padded<N>() * static_cast<int>(sizeof(T)));
@@ -153,97 +149,6 @@ __global__ void __launch_bounds__(256) small_lu_kernel(Mat<const T> a, Mat<T> ou
   }
 }
 
-// ---- one thread per matrix: n <= 4 and at most 128 bytes per matrix ----------------------------
-
-constexpr int kPerThreadBlock = 128;
-/// Shared-memory stride between the elements of one tile slot: the block's matrices are stored
-/// element-major (tile[slot * kTileStride + matrix]) so each thread's reads are conflict-free.
-constexpr int kTileStride = kPerThreadBlock + 1;
-
-template <class T, int N> constexpr bool per_thread_fits() { return N <= 4 && N * N * sizeof(T) <= 128; }
-
-/// How a [B, R, C] batch sits in memory: `packed` when the matrices are back to back (batch
-/// stride R * C, row- or column-major inside) from a 16-byte aligned address, so a block's
-/// matrices are one contiguous chunk it can move with 16-byte vectors.
-struct Layout {
-  bool packed, row_major;
-};
-inline Layout layout_of(const Tensor& x) {
-  const int64_t r = x.size(1), c = x.size(2);
-  const bool col = (r == 1 || x.stride(1) == 1) && (c == 1 || x.stride(2) == r);
-  const bool row = (c == 1 || x.stride(2) == 1) && (r == 1 || x.stride(1) == c);
-  const bool aligned = reinterpret_cast<uintptr_t>(x.raw_data()) % 16 == 0;
-  return {aligned && (x.size(0) == 1 || x.stride(0) == r * c) && (col || row), !col};
-}
-
-/// Moves the block's R x C matrices [first, first + count) from global memory into the tile, slot
-/// r + c * R of matrix m at tile[slot * kTileStride + m]. A full block of a packed batch reads its
-/// chunk with coalesced 16-byte loads, all issued before the first use; otherwise element by
-/// element (in column-major order, coalesced for column-major batches).
-template <class T, int R, int C>
-__device__ __forceinline__ void load_tile(T* tile, Mat<const T> a, Layout layout, int64_t first, int count) {
-  constexpr int RC = R * C;
-  if (layout.packed && count == kPerThreadBlock) {
-    constexpr int E = 16 / static_cast<int>(sizeof(T));
-    constexpr int units = kPerThreadBlock * RC / E, per_thread = (units + kPerThreadBlock - 1) / kPerThreadBlock;
-    const uint4* src = reinterpret_cast<const uint4*>(a.base + first * RC);
-    uint4 v[per_thread];
-#pragma unroll
-    for (int i = 0; i < per_thread; ++i) {
-      const int u = threadIdx.x + i * kPerThreadBlock;
-      if (u < units) v[i] = __ldg(src + u);
-    }
-#pragma unroll
-    for (int i = 0; i < per_thread; ++i) {
-      const int u = threadIdx.x + i * kPerThreadBlock;
-      if (u >= units) continue;
-      T parts[E];
-      memcpy(parts, &v[i], 16);
-#pragma unroll
-      for (int k = 0; k < E; ++k) {
-        const int e = u * E + k, m = e / RC, o = e % RC;
-        const int slot = layout.row_major ? (o / C) + (o % C) * R : o;
-        tile[slot * kTileStride + m] = parts[k];
-      }
-    }
-    return;
-  }
-  for (int e = threadIdx.x; e < count * RC; e += kPerThreadBlock) {
-    const int m = e / RC, o = e % RC;
-    tile[o * kTileStride + m] = a.at(first + m, o % R, o / R);
-  }
-}
-
-/// The inverse of load_tile.
-template <class T, int R, int C>
-__device__ __forceinline__ void store_tile(const T* tile, Mat<T> out, Layout layout, int64_t first, int count) {
-  constexpr int RC = R * C;
-  if (layout.packed && count == kPerThreadBlock) {
-    constexpr int E = 16 / static_cast<int>(sizeof(T));
-    constexpr int units = kPerThreadBlock * RC / E, per_thread = (units + kPerThreadBlock - 1) / kPerThreadBlock;
-    uint4* dst = reinterpret_cast<uint4*>(out.base + first * RC);
-#pragma unroll
-    for (int i = 0; i < per_thread; ++i) {
-      const int u = threadIdx.x + i * kPerThreadBlock;
-      if (u >= units) continue;
-      T parts[E];
-#pragma unroll
-      for (int k = 0; k < E; ++k) {
-        const int e = u * E + k, m = e / RC, o = e % RC;
-        const int slot = layout.row_major ? (o / C) + (o % C) * R : o;
-        parts[k] = tile[slot * kTileStride + m];
-      }
-      uint4 v;
-      memcpy(&v, parts, 16);
-      dst[u] = v;
-    }
-    return;
-  }
-  for (int e = threadIdx.x; e < count * RC; e += kPerThreadBlock) {
-    const int m = e / RC, o = e % RC;
-    out.at(first + m, o % R, o / R) = tile[o * kTileStride + m];
-  }
-}
 
 /// LAPACK's pivot choice among rows j..N-1 of column j: the largest |re| + |im|, the first on
 /// ties, NaN scores losing to numbers (as the lane-group kernel).
@@ -359,211 +264,6 @@ __global__ void __launch_bounds__(kPerThreadBlock) per_thread_lu_kernel(Mat<cons
   store_tile<T, N, N>(tile, out, out_layout, first, count);
 }
 
-/// Applies LAPACK's row interchanges of one matrix to one column (stride `step`), forward
-/// (P b) or backward (P^T b); an out-of-range pivot is reported and skipped.
-template <class T, int N>
-__device__ __forceinline__ void apply_pivots(T* col, int64_t step, const int* piv, int64_t piv_step, bool backward,
-                                             DeviceError* error) {
-  for (int t = 0; t < N; ++t) {
-    const int i = backward ? N - 1 - t : t;
-    const int p = piv[i * piv_step];
-    if (p < 1 || p > N) {
-      report_bad_pivot(error, p, N);
-      continue;
-    }
-    if (p - 1 != i) {
-      const T tmp = col[i * step];
-      col[i * step] = col[(p - 1) * step];
-      col[(p - 1) * step] = tmp;
-    }
-  }
-}
-
-/// Reads the N pivots of matrix b (one 16-byte load for a packed batch of 4x4 pivots).
-template <int N>
-__device__ __forceinline__ void load_pivots(int (&piv)[N], const int* pivots, int64_t b, int64_t piv_batch, int64_t piv_step,
-                                            bool piv_packed) {
-  if (N == 4 && piv_packed) {
-    const int4 p = __ldg(reinterpret_cast<const int4*>(pivots) + b);
-    const int all[4] = {p.x, p.y, p.z, p.w};
-#pragma unroll
-    for (int i = 0; i < N; ++i) piv[i] = all[i];
-  } else {
-#pragma unroll
-    for (int i = 0; i < N; ++i) piv[i] = __ldg(pivots + b * piv_batch + i * piv_step);
-  }
-}
-
-/// LAPACK's interchange of rows i and piv[i] - 1 of a register column, for a fixed i.
-template <class T, int N> __device__ __forceinline__ void interchange(T (&v)[N], int i, int p, DeviceError* error) {
-  if (p < 1 || p > N) {
-    report_bad_pivot(error, p, N);
-    return;
-  }
-#pragma unroll
-  for (int q = 0; q < N; ++q) {
-    if (q == i) continue;
-    const bool hit = p - 1 == q;
-    const T vi = v[i];
-    v[i] = hit ? v[q] : vi;
-    v[q] = hit ? vi : v[q];
-  }
-}
-
-/// lu_solve with one right-hand side and a small LU: one thread per matrix, LU and the column
-/// staged through shared memory like per_thread_lu_kernel.
-template <class T, int N>
-__global__ void __launch_bounds__(kPerThreadBlock) per_thread_lu_solve_kernel(Mat<const T> lu, Layout lu_layout,
-                                                                              const int* pivots, int64_t piv_batch,
-                                                                              int64_t piv_step, bool piv_packed, Mat<T> x,
-                                                                              Layout x_layout, int64_t batch, bool transpose,
-                                                                              bool conjugate, DeviceError* error) {
-  __shared__ T lu_tile[N * N * kTileStride];
-  __shared__ T x_tile[N * kTileStride];
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kPerThreadBlock;
-  const int count = static_cast<int>(batch - first < kPerThreadBlock ? batch - first : kPerThreadBlock);
-  const int m = threadIdx.x;
-  int piv[N];
-  if (m < count) load_pivots(piv, pivots, first + m, piv_batch, piv_step, piv_packed);
-  load_tile<T, N, N>(lu_tile, lu, lu_layout, first, count);
-  load_tile<T, N, 1>(x_tile, Mat<const T>{x.base, x.batch, x.row, x.col}, x_layout, first, count);
-  __syncthreads();
-  if (m < count) {
-    T a[N][N], v[N];
-#pragma unroll
-    for (int r = 0; r < N; ++r) {
-      v[r] = x_tile[r * kTileStride + m];
-#pragma unroll
-      for (int c = 0; c < N; ++c) a[r][c] = conj_if(lu_tile[(r + c * N) * kTileStride + m], conjugate);
-    }
-    if (!transpose) {
-      // P A = L U: L y = P b (unit lower), then U x = y.
-#pragma unroll
-      for (int i = 0; i < N; ++i) interchange(v, i, piv[i], error);
-#pragma unroll
-      for (int i = 0; i < N; ++i)
-#pragma unroll
-        for (int r = i + 1; r < N; ++r) v[r] = v[r] - a[r][i] * v[i];
-#pragma unroll
-      for (int i = N - 1; i >= 0; --i) {
-        v[i] = div_of(v[i], a[i][i]);
-#pragma unroll
-        for (int r = 0; r < i; ++r) v[r] = v[r] - a[r][i] * v[i];
-      }
-    } else {
-      // A^T = U^T L^T P: U^T y = b, then L^T z = y, then x = P^T z.
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        T s = v[i];
-#pragma unroll
-        for (int r = 0; r < i; ++r) s = s - a[r][i] * v[r];
-        v[i] = div_of(s, a[i][i]);
-      }
-#pragma unroll
-      for (int i = N - 1; i >= 0; --i) {
-        T s = v[i];
-#pragma unroll
-        for (int r = i + 1; r < N; ++r) s = s - a[r][i] * v[r];
-        v[i] = s;
-      }
-#pragma unroll
-      for (int i = N - 1; i >= 0; --i) interchange(v, i, piv[i], error);
-    }
-#pragma unroll
-    for (int r = 0; r < N; ++r) x_tile[r * kTileStride + m] = v[r];
-  }
-  __syncthreads();
-  store_tile<T, N, 1>(x_tile, x, x_layout, first, count);
-}
-
-/// One thread per (matrix, right-hand side). STAGED: LU and the block's columns of X go through
-/// shared memory (coalesced); otherwise they are read in place.
-template <class T, int N, bool STAGED>
-__global__ void __launch_bounds__(128) small_lu_solve_kernel(Mat<const T> lu, const int* pivots, int64_t piv_batch,
-                                                             int64_t piv_step, Mat<T> x, int64_t batch, int64_t k, int kc,
-                                                             int mpb, bool transpose, bool conjugate, DeviceError* error) {
-  constexpr int S = padded<N>(), NN = N * N;
-  extern __shared__ __align__(16) unsigned char smem[];
-  T* lu_tile = reinterpret_cast<T*>(smem);
-  const int sx = (N * kc) | 1;
-  T* x_tile = lu_tile + mpb * S;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * mpb;
-  const int m = threadIdx.x / kc, col = threadIdx.x % kc;
-  const int64_t b = first + m;
-  if constexpr (STAGED) {
-    for (int e = threadIdx.x; e < mpb * NN; e += blockDim.x) {
-      const int64_t bb = first + e / NN;
-      const int idx = e % NN;
-      if (bb < batch) lu_tile[(e / NN) * S + idx] = lu.at(bb, idx % N, idx / N);
-    }
-  }
-  auto lu_at = [&](int r, int c) {
-    return conj_if(STAGED ? lu_tile[m * S + r + c * N] : lu.at(b, r, c), conjugate);
-  };
-  const int64_t chunks = (k + kc - 1) / kc;
-  for (int64_t chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {
-    const int64_t c0 = chunk * kc;
-    if constexpr (STAGED) {
-      for (int e = threadIdx.x; e < mpb * N * kc; e += blockDim.x) {
-        const int64_t bb = first + e / (N * kc);
-        const int rem = e % (N * kc);
-        if (bb < batch && c0 + rem / N < k) x_tile[(e / (N * kc)) * sx + rem] = x.at(bb, rem % N, c0 + rem / N);
-      }
-    }
-    __syncthreads();
-    if (m < mpb && b < batch && c0 + col < k) {
-      T* xc = STAGED ? x_tile + m * sx + col * N : &x.at(b, 0, c0 + col);
-      const int64_t step = STAGED ? 1 : x.row;
-      const int* piv = pivots + b * piv_batch;
-      if (!transpose) apply_pivots<T, N>(xc, step, piv, piv_step, false, error);
-      T v[N];
-#pragma unroll
-      for (int i = 0; i < N; ++i) v[i] = xc[i * step];
-      if (!transpose) {
-        // P A = L U: L y = P b (unit lower), then U x = y.
-#pragma unroll
-        for (int i = 0; i < N; ++i)
-#pragma unroll
-          for (int r = i + 1; r < N; ++r) v[r] = v[r] - lu_at(r, i) * v[i];
-#pragma unroll
-        for (int i = N - 1; i >= 0; --i) {
-          v[i] = div_of(v[i], lu_at(i, i));
-#pragma unroll
-          for (int r = 0; r < i; ++r) v[r] = v[r] - lu_at(r, i) * v[i];
-        }
-      } else {
-        // A^T = U^T L^T P: U^T y = b, then L^T z = y, then x = P^T z.
-#pragma unroll
-        for (int i = 0; i < N; ++i) {
-          T s = v[i];
-#pragma unroll
-          for (int r = 0; r < i; ++r) s = s - lu_at(r, i) * v[r];
-          v[i] = div_of(s, lu_at(i, i));
-        }
-#pragma unroll
-        for (int i = N - 1; i >= 0; --i) {
-          T s = v[i];
-#pragma unroll
-          for (int r = i + 1; r < N; ++r) s = s - lu_at(r, i) * v[r];
-          v[i] = s;
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < N; ++i) xc[i * step] = v[i];
-      if (transpose) apply_pivots<T, N>(xc, step, piv, piv_step, true, error);
-    }
-    __syncthreads();
-    if constexpr (STAGED) {
-      for (int e = threadIdx.x; e < mpb * N * kc; e += blockDim.x) {
-        const int64_t bb = first + e / (N * kc);
-        const int rem = e % (N * kc);
-        if (bb < batch && c0 + rem / N < k) x.at(bb, rem % N, c0 + rem / N) = x_tile[(e / (N * kc)) * sx + rem];
-      }
-      __syncthreads();
-    }
-  }
-}
-
 /// Right-looking getf2 on one m x n matrix per block, in shared memory (column-major, ld m).
 template <class T>
 __global__ void __launch_bounds__(256) medium_lu_kernel(Mat<T> a, int m, int n, int* pivots, int64_t piv_batch,
@@ -631,25 +331,6 @@ __global__ void __launch_bounds__(256) medium_lu_kernel(Mat<T> a, int m, int n, 
   if (tid == 0) info[b * info_step] = first_zero;
 }
 
-/// Calls f(std::integral_constant<int, n>) for 1 <= n <= 16.
-template <class F> void with_small_n(int64_t n, F&& f) {
-  switch (n) {
-#define EMBER_SMALL_N(v) \
-  case v: return f(std::integral_constant<int, v>{});
-    EMBER_SMALL_N(1) EMBER_SMALL_N(2) EMBER_SMALL_N(3) EMBER_SMALL_N(4) EMBER_SMALL_N(5) EMBER_SMALL_N(6)
-    EMBER_SMALL_N(7) EMBER_SMALL_N(8) EMBER_SMALL_N(9) EMBER_SMALL_N(10) EMBER_SMALL_N(11) EMBER_SMALL_N(12)
-    EMBER_SMALL_N(13) EMBER_SMALL_N(14) EMBER_SMALL_N(15) EMBER_SMALL_N(16)
-#undef EMBER_SMALL_N
-    default: fail("linalg", "small-matrix kernel size: expected 1 <= n <= {}, got {}", kSmallN, n);
-  }
-}
-
-/// Whether a [B, 4] pivot batch can be moved as one 16-byte vector per matrix.
-inline bool pivots_packed(const Tensor& pivots) {
-  return (pivots.size(0) == 1 || pivots.stride(0) == pivots.size(1)) && (pivots.size(1) == 1 || pivots.stride(1) == 1) &&
-         reinterpret_cast<uintptr_t>(pivots.raw_data()) % 16 == 0;
-}
-
 template <class T, int N, SmallOp OP>
 void launch_per_thread(const Tensor& A, const Tensor& out, const Tensor& pivots, const Tensor& info, cudaStream_t stream) {
   const int64_t batch = A.size(0);
@@ -659,17 +340,6 @@ void launch_per_thread(const Tensor& A, const Tensor& out, const Tensor& pivots,
       Mat<const T>{in.base, in.batch, in.row, in.col}, layout_of(A), mat_of<T>(out), layout_of(out),
       factor ? pivots.data_ptr<int32_t>() : nullptr, factor ? pivots.stride(0) : 0, factor ? pivots.stride(1) : 0,
       factor && pivots_packed(pivots), info.data_ptr<int32_t>(), info.stride(0), batch);
-  EMBER_CUDA_CHECK_LAUNCH();
-}
-
-template <class T, int N>
-void launch_per_thread_solve(const Tensor& LU, const Tensor& pivots, const Tensor& X, bool transpose, bool conjugate,
-                             cudaStream_t stream, DeviceError* error) {
-  const int64_t batch = X.size(0);
-  const Mat<T> lu = mat_of<T>(LU);
-  per_thread_lu_solve_kernel<T, N><<<blocks_for(batch, kPerThreadBlock), kPerThreadBlock, 0, stream>>>(
-      Mat<const T>{lu.base, lu.batch, lu.row, lu.col}, layout_of(LU), pivots.data_ptr<int32_t>(), pivots.stride(0),
-      pivots.stride(1), pivots_packed(pivots), mat_of<T>(X), layout_of(X), batch, transpose, conjugate, error);
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
@@ -709,35 +379,12 @@ void small_inv(const Tensor& A, const Tensor& X, const Tensor& info) {
 }
 
 void small_lu_solve(const Tensor& LU, const Tensor& pivots, const Tensor& X, bool transpose, bool conjugate) {
-  const int64_t batch = X.size(0), n = X.size(1), k = X.size(2);
   DeviceScope scope(X.device());
   const int device = X.device().index;
   const cudaStream_t stream = current_raw_stream(device);
   DeviceError* error = device_error_word(device);
   dispatch_lapack(LU.dtype(), "linalg.lu_solve", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    with_small_n(n, [&](auto nc) {
-      constexpr int N = decltype(nc)::value;
-      const Mat<T> lu = mat_of<T>(LU);
-      const Mat<const T> lu_in{lu.base, lu.batch, lu.row, lu.col};
-      const int* piv = pivots.data_ptr<int32_t>();
-      if constexpr (per_thread_fits<T, N>()) {
-        if (k == 1) return launch_per_thread_solve<T, N>(LU, pivots, X, transpose, conjugate, stream, error);
-      }
-      const int kc = static_cast<int>(std::min<int64_t>(k, 32));
-      const int mpb = std::max(1, 128 / kc);
-      const size_t staged_bytes = static_cast<size_t>(mpb) * (padded<N>() + ((N * kc) | 1)) * sizeof(T);
-      const int64_t chunks = (k + kc - 1) / kc;
-      const dim3 grid(blocks_for(batch, mpb), static_cast<unsigned>(std::min<int64_t>(chunks, 65535)));
-      if (staged_bytes <= 48 * 1024) {
-        small_lu_solve_kernel<T, N, true><<<grid, mpb * kc, staged_bytes, stream>>>(
-            lu_in, piv, pivots.stride(0), pivots.stride(1), mat_of<T>(X), batch, k, kc, mpb, transpose, conjugate, error);
-      } else {
-        small_lu_solve_kernel<T, N, false><<<grid, mpb * kc, 0, stream>>>(
-            lu_in, piv, pivots.stride(0), pivots.stride(1), mat_of<T>(X), batch, k, kc, mpb, transpose, conjugate, error);
-      }
-      EMBER_CUDA_CHECK_LAUNCH();
-    });
+    small_lu_solve_as(tag, LU, pivots, X, transpose, conjugate, stream, error);
   });
 }
 
