@@ -2,7 +2,7 @@
 # One call on the GPU machine: build with CUDA (sm_90a there; CI compiles sm_80 too), run every
 # test, run the CUDA tests under compute-sanitizer (memcheck, racecheck), run the decode
 # benchmarks next to PyTorch. Logs go to $OUT (or ./out). Steps: all (default) or a list of
-# build tests sanitize bench (or one of bench-decode bench-core bench-linalg bench-moe), bench-moe-rows, bench-engine,
+# build tests sanitize bench (or one of bench-decode bench-core bench-linalg bench-moe), bench-engine,
 # profile-moe, profile-moe-memory, train.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -81,10 +81,6 @@ if has bench || has bench-moe; then  # MOE_TOKENS: a subset of "1 2 4 8 16 64 51
   tokens=${MOE_TOKENS:-1 2 4 8 16 64 512}
   bench_pair moe "for t in $tokens; do ./build-gpu/bench/moe_bench \$t; done" "(cd bench && python3 torch_moe.py $tokens)"
 fi
-if has bench-moe-rows; then  # A/B at T = 1: the v3.1 per-pair kernels instead of the bulk-copy ones
-  stamp "bench moe T=1, EMBER_MOE_PATH=decode-rows"
-  EMBER_MOE_PATH=decode-rows ./build-gpu/bench/moe_bench 1 2>> "$out/bench.err" | grep '"moe_layer"' | tee "$out/moe-rows.jsonl"
-fi
 if has bench || has bench-decode; then  # DECODE_OPS: a subset of "gemv softmax scaled_mm"
   ops=${DECODE_OPS:-gemv softmax scaled_mm}
   bench_pair decode "python3 bench/shapes.py | grep -E '^(${ops// /|}) ' | ./build-gpu/bench/decode_bench" "(cd bench && python3 torch_decode.py $ops)"
@@ -107,7 +103,7 @@ fi
 if has profile-moe; then
   # Per-kernel durations of the decode MoE layer (Qwen3-30B-A3B shapes, T=1) at normal clocks.
   stamp "profile moe"
-  ncu --clock-control none --kernel-name regex:"decode|route|permute|gemv|rows_kernel|bulk|experts" --launch-skip 40 --launch-count 24 \
+  ncu --clock-control none --kernel-name regex:"decode|route|permute|gemv|rows_kernel" --launch-skip 40 --launch-count 24 \
     ./build-gpu/bench/moe_bench 1 2>&1 | grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput" | head -120 > "$out/profile.txt"
   head -60 "$out/profile.txt"
 fi
@@ -115,7 +111,7 @@ if has profile-moe-memory; then
   # Why the decode kernels stay below HBM speed: memory workload and speed-of-light sections for
   # one launch each of gate_up and down (Qwen3-30B-A3B T=1 bf16).
   stamp "profile moe memory"
-  ncu --clock-control none --kernel-name regex:"gate_up_bulk|down_bulk" --launch-skip 20 --launch-count 2 \
+  ncu --clock-control none --kernel-name regex:"gate_up_decode|down_decode" --launch-skip 20 --launch-count 2 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section Occupancy \
     ./build-gpu/bench/moe_bench 1 > "$out/profile-memory.txt" 2>&1
   grep -E "decode_kernel|Throughput|Hit Rate|Achieved Occupancy|Theoretical Occupancy|Busy|Bank|Sectors/Req|Excessive" "$out/profile-memory.txt" | head -60
