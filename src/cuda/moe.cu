@@ -39,7 +39,11 @@
 //       wait for the router, overlapping it). Layer T=1: 38.6 us bf16, 31.9 us FP8; ncu: router
 //       8.7 us, gate_up 22 us (2.7 TB/s, achieved occupancy 63%), down 14 us (1.8 TB/s).
 //   v3.2: the router loads each token's x chunks as one batch (v3 loaded them one dependent L2
-//       round trip at a time): router 6.0 us; layer T=1 37.0 us bf16, 30.3 us FP8. (this)
+//       round trip at a time): router 6.0 us; layer T=1 37.0 us bf16, 30.3 us FP8.
+//   v3.3: at T > 1 gate_up runs its pair blocks in expert order (the router's last block sorts
+//       the pair slots by expert), so pairs sharing an expert read its rows back to back, the
+//       later ones from L2 (64 pairs over 128 experts hit ~52 distinct experts, 128 pairs ~82).
+//       Not measured yet. (this)
 //   Rejected, measured at 11ca45d (code on branch moe-dedup-decode and in that commit):
 //   - v4, T > 1 reading each distinct expert once (the router's last block grouped the pairs by
 //     expert; gate_up kept 4 or 8 pairs' sums per channel in registers, down walked the distinct
@@ -229,9 +233,27 @@ template <class F> void with_experts_per_lane(int64_t experts, F&& f) {
 // small (512 KB for E = 128, H = 2048), so one memory round trip, not bandwidth, decides.
 constexpr int kRouterWarps = 4, kRouterRows = 4, kRouterLoads = 8;
 
+// order[r] = the r-th pair slot (t * k + j) by (expert, slot): a stable sort of the pairs by
+// expert, one thread per pair (pairs <= the block's threads), ranks counted over the ids in
+// shared memory. The block's threads wrote the ids; the barrier makes them visible.
+static_assert(kRouterWarps * 32 >= 128, "order_pairs_by_expert: one router thread per pair, and the decode path takes up to 128");
+__device__ void order_pairs_by_expert(const int32_t* ids, int pairs, int32_t* order) {
+  __shared__ int32_t pair_expert[kRouterWarps * 32];
+  __syncthreads();
+  const int p = threadIdx.x;
+  if (p < pairs) pair_expert[p] = ids[p];
+  __syncthreads();
+  if (p >= pairs) return;
+  const int32_t e = pair_expert[p];
+  int rank = 0;
+  for (int q = 0; q < pairs; ++q) rank += pair_expert[q] < e || (pair_expert[q] == e && q < p);
+  order[rank] = p;
+}
+
 template <int EPL, class X>
 __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteArgs a, const X* __restrict__ router, int64_t r_es,
-                                                                         float* __restrict__ logits, unsigned* __restrict__ ticket) {
+                                                                         float* __restrict__ logits, unsigned* __restrict__ ticket,
+                                                                         int32_t* __restrict__ order) {
   dependents_may_launch();  // gate_up's blocks may start (and wait) while this runs
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t e = static_cast<int64_t>(blockIdx.x) * kRouterWarps + warp;
@@ -292,6 +314,7 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteA
   if (!last) return;
   __threadfence();
   for (int64_t t = warp; t < a.tokens; t += kRouterWarps) route_token<EPL, float, X>(a, t, lane);
+  if (order) order_pairs_by_expert(a.ids, static_cast<int>(a.tokens * a.k), order);
   if (threadIdx.x == 0) *ticket = 0;  // zero again for the next launch on this stream
 }
 
@@ -422,6 +445,7 @@ struct DecodeArgs {
   int k = 1;
   const int32_t* ids = nullptr;
   const float* weights = nullptr;
+  const int32_t* order = nullptr;  // T > 1: gate_up's pair blocks in expert order (else identity)
   const void *gate = nullptr, *up = nullptr;  // [E, I, H], unit stride along H
   int64_t gu_es = 0, gate_rs = 0, up_rs = 0;
   WeightScale gate_scale, up_scale;
@@ -513,11 +537,19 @@ __global__ void __launch_bounds__(kDecodeThreads, 6) gate_up_decode_kernel(Decod
   extern __shared__ __align__(16) unsigned char decode_smem[];
   T* x = reinterpret_cast<T*>(decode_smem);  // [hidden]: the slot's token row of x
   dependents_may_launch();  // the down kernel's blocks may start (and wait) while this runs
-  const int64_t slot = blockIdx.y, pairs = a.tokens * a.k;
-  // x is the router's input, complete before the router started, so it is staged while the
-  // router may still run; ids and weights are the router's output, read after the wait.
-  stage_row(static_cast<const T*>(a.x) + (slot < pairs ? slot / a.k : slot - pairs) * a.x_ts, x, a.hidden);
+  const int64_t pairs = a.tokens * a.k;
+  int64_t slot = blockIdx.y;
+  const auto stage_x = [&] { stage_row(static_cast<const T*>(a.x) + (slot < pairs ? slot / a.k : slot - pairs) * a.x_ts, x, a.hidden); };
+  // x is the router's input, complete before the router started, so at T = 1 it is staged while
+  // the router may still run; ids, weights and the order are the router's output, read after the
+  // wait. At T > 1 the pair blocks go in expert order: pairs of one expert run back to back and
+  // the later ones read its rows from L2 (v3.2 read a shared expert's rows once per pair).
+  if (!a.order) stage_x();
   wait_for_previous_kernel();
+  if (a.order) {
+    if (slot < pairs) slot = a.order[slot];
+    stage_x();
+  }
   __syncthreads();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kDecodeWarps + threadIdx.x / 32;
   T* h = static_cast<T*>(a.h) + slot * a.h_rs + i;
@@ -824,6 +856,7 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
   // Router: logits [T, E] f32 = x @ router^T (f32 accumulate and output), then routing.
   const Tensor logits = empty({t, e}, kFloat32, dev);
   const Tensor weights = empty({t, k}, kFloat32, dev), ids = empty({t, k}, kInt32, dev);
+  const Tensor pair_order = decode && t > 1 ? empty({pairs}, kInt32, dev) : Tensor();  // gate_up's pair blocks by expert
   const Tensor sg = shared_gate ? empty({t}, kFloat32, dev) : Tensor();
   const Tensor bias = f32_contiguous(options.route.expert_bias.value_or(Tensor()));
   RouteArgs ra;
@@ -846,7 +879,8 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
         using X = std::remove_pointer_t<decltype(tag)>;
         if constexpr (!std::is_same_v<X, double>)
           router_decode_kernel<decltype(epl)::value, X><<<blocks, kRouterWarps * 32, 0, stream>>>(
-              ra, static_cast<const X*>(router_weight.raw_data()), router_weight.stride(0), logits.data_ptr<float>(), ticket);
+              ra, static_cast<const X*>(router_weight.raw_data()), router_weight.stride(0), logits.data_ptr<float>(), ticket,
+              t > 1 ? pair_order.data_ptr<int32_t>() : nullptr);
       });
     });
     EMBER_CUDA_CHECK_LAUNCH();
@@ -861,6 +895,7 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
     DecodeArgs a;
     a.x = x.raw_data(); a.x_ts = x.stride(0); a.tokens = t; a.hidden = hidden; a.inter = inter; a.k = k;
     a.ids = ids.data_ptr<int32_t>(); a.weights = weights.data_ptr<float>();
+    a.order = pair_order.defined() ? pair_order.data_ptr<int32_t>() : nullptr;
     a.gate = experts.gate.raw_data(); a.up = experts.up.raw_data(); a.gu_es = experts.gate.stride(0);
     a.gate_rs = experts.gate.stride(1); a.up_rs = experts.up.stride(1);
     a.gate_scale = gmm::weight_scale(experts.gate_scale, inter);
