@@ -15,8 +15,9 @@
 //                  share of the tile's y: no workspace, no atomics, and a small shape costs
 //                  one round trip to HBM plus a cluster barrier.
 //   columns_kernel the same layout below sm_90 (and with EMBER_DISABLE_FAST_PATHS=1), and on
-//                  sm_90 for long K with few column tiles (one cluster per tile would leave most
-//                  SMs idle). 32 threads across a tile, 8 slices per block; when the grid of
+//                  sm_90 for N > 1024 with more than ~3.7M elements (measured faster there) and
+//                  for long K with few column tiles (one cluster per tile would leave most SMs
+//                  idle). 32 threads across a tile, 8 slices per block; when the grid of
 //                  tiles is too small to fill the GPU, K is also split over blocks (gridDim.y);
 //                  partial sums go to a workspace and the last block of each column tile (an
 //                  atomic ticket) writes them.
