@@ -3,7 +3,7 @@
 # test, run the CUDA tests under compute-sanitizer (memcheck, racecheck), run the decode
 # benchmarks next to PyTorch. Logs go to $OUT (or ./out). Steps: all (default) or a list of
 # build tests sanitize bench (or one of bench-decode bench-core bench-linalg bench-moe), bench-engine,
-# profile-moe, profile-moe-memory, train.
+# profile-moe, profile-moe-memory, probe, train.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out}; mkdir -p "$out"
@@ -74,6 +74,12 @@ bench_pair() {  # name, ember command, torch command
   eval "$2" >> "$out/bench.jsonl" 2>> "$out/bench.err"
   eval "$3" >> "$out/bench.jsonl" 2>> "$out/bench.err"
 }
+if has probe; then  # standalone bandwidth probes (no ember build needed): bench/stream_probe.cu, bench/moe_probe.cu
+  for probe in stream_probe moe_probe; do
+    stamp "probe $probe"
+    nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a "bench/$probe.cu" -o "/tmp/$probe" && timeout 120 "/tmp/$probe" | tee "$out/$probe.txt"
+  done
+fi
 if has bench || has bench-linalg; then
   bench_pair linalg ./build-gpu/bench/linalg_bench "(cd bench && python3 torch_linalg.py)"
 fi

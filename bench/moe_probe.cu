@@ -1,0 +1,193 @@
+// Why does the MoE decode gate_up (Qwen3-30B-A3B, T = 1: 8 experts' gate and up rows, 50 MB of
+// bf16) reach only ~56% of DRAM bandwidth under ncu, whether it streams with register loads
+// (v3.1, 22 us) or with bulk copies into shared memory (v5, 19 us)? A standalone probe (no
+// ember): the same bytes read by kernels that differ in one thing each, timed as a CUDA graph of
+// launches that each pick 8 other experts of 128 (the 805 MB gate_up tensor, so every launch
+// reads from HBM), median of 5 replays:
+//   stream L    the 16 chosen matrices (3 MB each, contiguous) as one list of 16-byte chunks,
+//               grid-stride, L loads in flight per thread, XOR only: the bound for this data.
+//   rows L W C  the decode kernel's layout: block (x, y) = channels of pair y, W warps per block,
+//               each warp one channel: its gate and up rows with L loads per row in flight per
+//               lane; C = 1 adds the bf16 dot products with x (shared memory), C = 0 XORs only.
+// Prints one line per variant: microseconds per launch and TB/s over the 50 MB.
+//
+// Build and run on the GPU machine (no CMake needed):
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/moe_probe.cu -o /tmp/moe_probe && /tmp/moe_probe
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#define CHECK(call)                                                                           \
+  do {                                                                                        \
+    cudaError_t status_ = (call);                                                             \
+    if (status_ != cudaSuccess) {                                                             \
+      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(status_));           \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+constexpr int kExperts = 128, kTopK = 8, kInter = 768, kHidden = 2048;
+constexpr size_t kRowBytes = kHidden * 2;                      // one bf16 row of gate or up
+constexpr size_t kMatrixBytes = kInter * kRowBytes;            // 3 MB
+constexpr size_t kExpertBytes = 2 * kMatrixBytes;              // gate then up: [2I, H]
+constexpr size_t kLaunchBytes = kTopK * kExpertBytes;          // 50 MB read per launch
+
+struct Chosen {
+  int experts[kTopK];
+};
+
+// stream: the 16 matrices as one list of 16-byte chunks.
+template <int L>
+__global__ void __launch_bounds__(256) stream_kernel(const uint4* __restrict__ w, Chosen c, unsigned* __restrict__ out) {
+  constexpr size_t kChunksPerExpert = kExpertBytes / 16;
+  const size_t total = kTopK * kChunksPerExpert, stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  unsigned acc = 0;
+  for (size_t i0 = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i0 < total; i0 += L * stride) {
+    uint4 v[L];
+#pragma unroll
+    for (int u = 0; u < L; ++u) {
+      const size_t i = i0 + u * stride;
+      v[u] = i < total ? w[c.experts[i / kChunksPerExpert] * kChunksPerExpert + i % kChunksPerExpert] : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < L; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if (acc == 0x12345678u) out[0] = acc;  // keeps the loads; practically never true
+}
+
+__device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w}, xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    acc = fmaf(__uint_as_float(ws[i] << 16), __uint_as_float(xs[i] << 16), acc);
+    acc = fmaf(__uint_as_float(ws[i] & 0xFFFF0000u), __uint_as_float(xs[i] & 0xFFFF0000u), acc);
+  }
+  return acc;
+}
+
+// rows: block (x, y) = W channels of pair y; warp w = channel x * W + w: its gate and up rows.
+template <int L, int W, bool COMPUTE>
+__global__ void __launch_bounds__(W * 32) rows_kernel(const uint4* __restrict__ w, const uint4* __restrict__ x_global, Chosen c,
+                                                      float* __restrict__ h) {
+  __shared__ uint4 x[kHidden / 8];
+  for (int i = threadIdx.x; i < kHidden / 8; i += W * 32) x[i] = x_global[i];
+  __syncthreads();
+  const int lane = threadIdx.x % 32, channel = blockIdx.x * W + threadIdx.x / 32;
+  if (channel >= kInter) return;
+  constexpr int kChunks = kHidden / 8;  // 16-byte chunks per row
+  const uint4* g = w + (c.experts[blockIdx.y] * kExpertBytes + channel * kRowBytes) / 16;
+  const uint4* u = g + kMatrixBytes / 16;
+  float gs = 0.f, us = 0.f;
+  unsigned acc = 0;
+  for (int c0 = lane; c0 < kChunks; c0 += L * 32) {
+    uint4 gv[L], uv[L];
+#pragma unroll
+    for (int l = 0; l < L; ++l) {
+      gv[l] = g[c0 + l * 32];  // kChunks is a multiple of L * 32 for L <= 8
+      uv[l] = u[c0 + l * 32];
+    }
+#pragma unroll
+    for (int l = 0; l < L; ++l) {
+      if constexpr (COMPUTE) {
+        const uint4 xv = x[c0 + l * 32];
+        gs = dot8(gv[l], xv, gs);
+        us = dot8(uv[l], xv, us);
+      } else {
+        acc ^= gv[l].x ^ gv[l].y ^ gv[l].z ^ gv[l].w ^ uv[l].x ^ uv[l].y ^ uv[l].z ^ uv[l].w;
+      }
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) {
+    gs += __shfl_xor_sync(0xffffffffu, gs, off);
+    us += __shfl_xor_sync(0xffffffffu, us, off);
+    acc ^= __shfl_xor_sync(0xffffffffu, acc, off);
+  }
+  if (lane == 0) h[blockIdx.y * kInter + channel] = COMPUTE ? gs / (1.f + __expf(-gs)) * us : static_cast<float>(acc);
+}
+
+// Times `launch(stream, chosen)` as a graph of launches with other experts each (footprint > L2).
+template <class Launch> float time_graph(Launch launch, const std::vector<Chosen>& choices) {
+  constexpr int kReplays = 5;
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  for (const Chosen& c : choices) launch(stream, c);
+  CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphLaunch(exec, stream));
+  CHECK(cudaStreamSynchronize(stream));
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  std::vector<float> times;
+  for (int r = 0; r < kReplays; ++r) {
+    CHECK(cudaEventRecord(start, stream));
+    CHECK(cudaGraphLaunch(exec, stream));
+    CHECK(cudaEventRecord(stop, stream));
+    CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms * 1000.f / static_cast<float>(choices.size()));
+  }
+  std::sort(times.begin(), times.end());
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaStreamDestroy(stream));
+  return times[kReplays / 2];
+}
+
+void report(const char* name, float us) { std::printf("%-22s %8.2f us %6.2f TB/s\n", name, us, kLaunchBytes / us / 1e6); }
+
+int main() {
+  cudaDeviceProp prop{};
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  const int sms = prop.multiProcessorCount;
+  uint4 *w = nullptr, *x = nullptr;
+  float* h = nullptr;
+  CHECK(cudaMalloc(&w, kExperts * kExpertBytes));
+  CHECK(cudaMemset(w, 0x3c, kExperts * kExpertBytes));  // small bf16 values
+  CHECK(cudaMalloc(&x, kHidden * 2));
+  CHECK(cudaMemset(x, 0x3c, kHidden * 2));
+  CHECK(cudaMalloc(&h, kTopK * kInter * sizeof(float)));
+  std::mt19937 rng(0);
+  std::vector<Chosen> choices(32);  // 32 launches x 50 MB: 1.6 GB per replay, far above the L2
+  for (Chosen& c : choices) {
+    std::vector<int> all(kExperts);
+    for (int e = 0; e < kExperts; ++e) all[e] = e;
+    std::shuffle(all.begin(), all.end(), rng);
+    std::copy(all.begin(), all.begin() + kTopK, c.experts);
+  }
+  std::printf("%s, %d SMs; Qwen3-30B-A3B gate_up at T = 1: %zu MB per launch\n", prop.name, sms, kLaunchBytes >> 20);
+  const auto out = reinterpret_cast<unsigned*>(h);
+  for (int blocks_per_sm : {4, 8, 16}) {
+    char name[64];
+    std::snprintf(name, sizeof name, "stream L4 %d/SM", blocks_per_sm);
+    report(name, time_graph([&](cudaStream_t s, const Chosen& c) { stream_kernel<4><<<blocks_per_sm * sms, 256, 0, s>>>(w, c, out); }, choices));
+    std::snprintf(name, sizeof name, "stream L8 %d/SM", blocks_per_sm);
+    report(name, time_graph([&](cudaStream_t s, const Chosen& c) { stream_kernel<8><<<blocks_per_sm * sms, 256, 0, s>>>(w, c, out); }, choices));
+  }
+  const auto rows = [&](auto kernel, int warps, const char* name) {
+    const dim3 grid((kInter + warps - 1) / warps, kTopK);
+    report(name, time_graph([&](cudaStream_t s, const Chosen& c) { kernel<<<grid, warps * 32, 0, s>>>(w, x, c, h); }, choices));
+  };
+  rows(rows_kernel<2, 8, true>, 8, "rows L2 W8 compute");  // v3.1's layout
+  rows(rows_kernel<2, 8, false>, 8, "rows L2 W8 xor");
+  rows(rows_kernel<4, 8, true>, 8, "rows L4 W8 compute");
+  rows(rows_kernel<4, 8, false>, 8, "rows L4 W8 xor");
+  rows(rows_kernel<8, 8, false>, 8, "rows L8 W8 xor");
+  rows(rows_kernel<2, 4, true>, 4, "rows L2 W4 compute");
+  rows(rows_kernel<4, 4, true>, 4, "rows L4 W4 compute");
+  rows(rows_kernel<4, 16, true>, 16, "rows L4 W16 compute");
+  CHECK(cudaFree(w));
+  CHECK(cudaFree(x));
+  CHECK(cudaFree(h));
+  return 0;
+}
