@@ -9,7 +9,11 @@
 //   rows L W C  the decode kernel's layout: block (x, y) = channels of pair y, W warps per block,
 //               each warp one channel: its gate and up rows with L loads per row in flight per
 //               lane; C = 1 adds the bf16 dot products with x (shared memory), C = 0 XORs only.
-// Prints one line per variant: microseconds per launch and TB/s over the 50 MB.
+//   down S      the down product (25 MB: row n of the 8 experts' [H, I] matrices per output n,
+//               1.5 KB each): 8 warps per block, S warps per output splitting its 8 experts
+//               (S = 1 is v3.1's layout: 256 blocks, ~2 per SM), 8 loads in flight per lane, h
+//               (8 x 768) in shared memory, partial sums added in shared memory.
+// Prints one line per variant: microseconds per launch and TB/s over the bytes it reads.
 //
 // Build and run on the GPU machine (no CMake needed):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/moe_probe.cu -o /tmp/moe_probe && /tmp/moe_probe
@@ -111,6 +115,46 @@ __global__ void __launch_bounds__(W * 32) rows_kernel(const uint4* __restrict__ 
   if (lane == 0) h[blockIdx.y * kInter + channel] = COMPUTE ? gs / (1.f + __expf(-gs)) * us : static_cast<float>(acc);
 }
 
+constexpr size_t kDownRowBytes = kInter * 2, kDownExpertBytes = kHidden * kDownRowBytes;  // [H, I] bf16
+constexpr size_t kDownBytes = kTopK * kDownExpertBytes;                                       // 25 MB per launch
+
+// down: 8 warps per block, S warps per output n, part p of them takes experts p * 8 / S onward.
+template <int S>
+__global__ void __launch_bounds__(256) down_kernel(const uint4* __restrict__ w, const uint4* __restrict__ h_global, Chosen c,
+                                                   float* __restrict__ out) {
+  constexpr int kOutputs = 8 / S, kExpertsPerPart = kTopK / S, kChunks = kInter / 8, L = 8;
+  __shared__ uint4 h[kTopK * kChunks];  // 12 KB
+  __shared__ float partial[8];
+  for (int i = threadIdx.x; i < kTopK * kChunks; i += 256) h[i] = h_global[i];
+  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, part = warp % S;
+  const int n = blockIdx.x * kOutputs + warp / S;
+  float acc = 0.f;
+  constexpr int kWork = kExpertsPerPart * kChunks;
+  for (int i0 = lane; i0 < kWork; i0 += L * 32) {
+    uint4 v[L];
+#pragma unroll
+    for (int l = 0; l < L; ++l) {
+      const int i = i0 + l * 32, j = part * kExpertsPerPart + i / kChunks;
+      v[l] = i < kWork ? w[(c.experts[j] * kDownExpertBytes + n * kDownRowBytes) / 16 + i % kChunks] : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int l = 0; l < L; ++l) {
+      const int i = i0 + l * 32;
+      if (i < kWork) acc = dot8(v[l], h[(part * kExpertsPerPart + i / kChunks) * kChunks + i % kChunks], acc);
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) partial[warp] = acc;
+  __syncthreads();
+  if (threadIdx.x < kOutputs) {
+    float sum = 0.f;
+    for (int p = 0; p < S; ++p) sum += partial[threadIdx.x * S + p];
+    out[blockIdx.x * kOutputs + threadIdx.x] = sum;
+  }
+}
+
 // Times `launch(stream, chosen)` as a graph of launches with other experts each (footprint > L2).
 template <class Launch> float time_graph(Launch launch, const std::vector<Chosen>& choices) {
   constexpr int kReplays = 5;
@@ -144,7 +188,9 @@ template <class Launch> float time_graph(Launch launch, const std::vector<Chosen
   return times[kReplays / 2];
 }
 
-void report(const char* name, float us) { std::printf("%-22s %8.2f us %6.2f TB/s\n", name, us, kLaunchBytes / us / 1e6); }
+void report(const char* name, float us, size_t bytes = kLaunchBytes) {
+  std::printf("%-22s %8.2f us %6.2f TB/s\n", name, us, bytes / us / 1e6);
+}
 
 int main() {
   cudaDeviceProp prop{};
@@ -156,7 +202,10 @@ int main() {
   CHECK(cudaMemset(w, 0x3c, kExperts * kExpertBytes));  // small bf16 values
   CHECK(cudaMalloc(&x, kHidden * 2));
   CHECK(cudaMemset(x, 0x3c, kHidden * 2));
-  CHECK(cudaMalloc(&h, kTopK * kInter * sizeof(float)));
+  CHECK(cudaMalloc(&h, kHidden * sizeof(float)));  // gate_up's [8, I] or down's [H] outputs
+  uint4* down = nullptr;
+  CHECK(cudaMalloc(&down, kExperts * kDownExpertBytes));
+  CHECK(cudaMemset(down, 0x3c, kExperts * kDownExpertBytes));
   std::mt19937 rng(0);
   std::vector<Chosen> choices(32);  // 32 launches x 50 MB: 1.6 GB per replay, far above the L2
   for (Chosen& c : choices) {
@@ -186,6 +235,17 @@ int main() {
   rows(rows_kernel<2, 4, true>, 4, "rows L2 W4 compute");
   rows(rows_kernel<4, 4, true>, 4, "rows L4 W4 compute");
   rows(rows_kernel<4, 16, true>, 16, "rows L4 W16 compute");
+  // down: h is any 8 x 768 bf16 rows; x's buffer is too small, so the down weights' first rows serve.
+  const auto down_variant = [&](auto kernel, int split, const char* name) {
+    const unsigned blocks = kHidden / (8 / split);
+    report(name, time_graph([&](cudaStream_t s, const Chosen& c) { kernel<<<blocks, 256, 0, s>>>(down, down, c, h); }, choices),
+           kDownBytes);
+  };
+  down_variant(down_kernel<1>, 1, "down S1 (v3.1 layout)");
+  down_variant(down_kernel<2>, 2, "down S2");
+  down_variant(down_kernel<4>, 4, "down S4");
+  down_variant(down_kernel<8>, 8, "down S8");
+  CHECK(cudaFree(down));
   CHECK(cudaFree(w));
   CHECK(cudaFree(x));
   CHECK(cudaFree(h));
