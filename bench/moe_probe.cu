@@ -232,6 +232,8 @@ int main() {
   rows(rows_kernel<4, 8, true>, 8, "rows L4 W8 compute");
   rows(rows_kernel<4, 8, false>, 8, "rows L4 W8 xor");
   rows(rows_kernel<8, 8, false>, 8, "rows L8 W8 xor");
+  rows(rows_kernel<8, 8, true>, 8, "rows L8 W8 compute");  // a warp's whole 8 KB requested at once
+  rows(rows_kernel<8, 4, true>, 4, "rows L8 W4 compute");
   rows(rows_kernel<2, 4, true>, 4, "rows L2 W4 compute");
   rows(rows_kernel<4, 4, true>, 4, "rows L4 W4 compute");
   rows(rows_kernel<4, 16, true>, 16, "rows L4 W16 compute");
