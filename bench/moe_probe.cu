@@ -8,7 +8,8 @@
 //               grid-stride, L loads in flight per thread, XOR only: the bound for this data.
 //   rows L W C  the decode kernel's layout: block (x, y) = channels of pair y, W warps per block,
 //               each warp one channel: its gate and up rows with L loads per row in flight per
-//               lane; C = 1 adds the bf16 dot products with x (shared memory), C = 0 XORs only.
+//               lane; C = 1 adds the bf16 dot products with x (shared memory), C = 0 XORs only;
+//               "6/SM" compiles it under v3.3's launch bounds (256 threads, 6 blocks: 40 registers).
 //   down S      the down product (25 MB: row n of the 8 experts' [H, I] matrices per output n,
 //               1.5 KB each): 8 warps per block, S warps per output splitting its 8 experts
 //               (S = 1 is v3.1's layout: 256 blocks, ~2 per SM), 8 loads in flight per lane, h
@@ -75,8 +76,8 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc)
 }
 
 // rows: block (x, y) = W channels of pair y; warp w = channel x * W + w: its gate and up rows.
-template <int L, int W, bool COMPUTE>
-__global__ void __launch_bounds__(W * 32) rows_kernel(const uint4* __restrict__ w, const uint4* __restrict__ x_global, Chosen c,
+template <int L, int W, bool COMPUTE, int MIN_BLOCKS = 1>
+__global__ void __launch_bounds__(W * 32, MIN_BLOCKS) rows_kernel(const uint4* __restrict__ w, const uint4* __restrict__ x_global, Chosen c,
                                                       float* __restrict__ h) {
   __shared__ uint4 x[kHidden / 8];
   for (int i = threadIdx.x; i < kHidden / 8; i += W * 32) x[i] = x_global[i];
@@ -227,7 +228,8 @@ int main() {
     const dim3 grid((kInter + warps - 1) / warps, kTopK);
     report(name, time_graph([&](cudaStream_t s, const Chosen& c) { kernel<<<grid, warps * 32, 0, s>>>(w, x, c, h); }, choices));
   };
-  rows(rows_kernel<2, 8, true>, 8, "rows L2 W8 compute");  // v3.1's layout
+  rows(rows_kernel<2, 8, true>, 8, "rows L2 W8 compute");
+  rows(rows_kernel<2, 8, true, 6>, 8, "rows L2 W8 cmp 6/SM");  // v3.3's launch bounds (40 registers)
   rows(rows_kernel<2, 8, false>, 8, "rows L2 W8 xor");
   rows(rows_kernel<4, 8, true>, 8, "rows L4 W8 compute");
   rows(rows_kernel<4, 8, false>, 8, "rows L4 W8 xor");
