@@ -45,6 +45,11 @@
 //       later ones from L2 (64 pairs over 128 experts hit ~52 distinct experts, 128 pairs ~82).
 //       Measured (9c9be22): Qwen3-30B bf16 T=16 386 -> 368 us, LFM2 T=8 232 -> 223 us; T=2..8
 //       of Qwen3-30B and FP8 unchanged within the run-to-run spread (~3%). (this)
+//       Its SASS (sm_90a) shows what limits gate_up: under the 40-register cap ptxas issues the
+//       second pair of row loads only after the first pair is consumed, so a lane has 2 of its 4
+//       bf16 loads in flight (FP8: 2, then 6 of 8). Branch moe-gate-up-loads restructures the
+//       loop so a batch's loads all issue first; bench/moe_probe.cu measures the same layout with
+//       and without the cap.
 //   Rejected, measured at 11ca45d (code on branch moe-dedup-decode and in that commit):
 //   - v4, T > 1 reading each distinct expert once (the router's last block grouped the pairs by
 //     expert; gate_up kept 4 or 8 pairs' sums per channel in registers, down walked the distinct
