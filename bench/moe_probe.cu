@@ -19,22 +19,10 @@
 // Build and run on the GPU machine (no CMake needed):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/moe_probe.cu -o /tmp/moe_probe && /tmp/moe_probe
 #include <cuda_bf16.h>
-#include <cuda_runtime.h>
 
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <random>
-#include <vector>
 
-#define CHECK(call)                                                                           \
-  do {                                                                                        \
-    cudaError_t status_ = (call);                                                             \
-    if (status_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(status_));           \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
+#include "probe_timing.cuh"
 
 constexpr int kExperts = 128, kTopK = 8, kInter = 768, kHidden = 2048;
 constexpr size_t kRowBytes = kHidden * 2;                      // one bf16 row of gate or up
@@ -156,37 +144,10 @@ __global__ void __launch_bounds__(256) down_kernel(const uint4* __restrict__ w, 
   }
 }
 
-// Times `launch(stream, chosen)` as a graph of launches with other experts each (footprint > L2).
-template <class Launch> float time_graph(Launch launch, const std::vector<Chosen>& choices) {
-  constexpr int kReplays = 5;
-  cudaStream_t stream;
-  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  for (const Chosen& c : choices) launch(stream, c);
-  CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  CHECK(cudaGraphLaunch(exec, stream));
-  CHECK(cudaStreamSynchronize(stream));
-  cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
-  std::vector<float> times;
-  for (int r = 0; r < kReplays; ++r) {
-    CHECK(cudaEventRecord(start, stream));
-    CHECK(cudaGraphLaunch(exec, stream));
-    CHECK(cudaEventRecord(stop, stream));
-    CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms * 1000.f / static_cast<float>(choices.size()));
-  }
-  std::sort(times.begin(), times.end());
-  CHECK(cudaGraphExecDestroy(exec));
-  CHECK(cudaGraphDestroy(graph));
-  CHECK(cudaStreamDestroy(stream));
-  return times[kReplays / 2];
+// Times `launch(stream, chosen)` over the choices (one launch each: other experts, and together
+// far more bytes than the L2).
+template <class Launch> float time_choices(Launch launch, const std::vector<Chosen>& choices) {
+  return time_graph([&](cudaStream_t stream) { for (const Chosen& c : choices) launch(stream, c); }, static_cast<int>(choices.size()));
 }
 
 void report(const char* name, float us, size_t bytes = kLaunchBytes) {
@@ -220,13 +181,13 @@ int main() {
   for (int blocks_per_sm : {4, 8, 16}) {
     char name[64];
     std::snprintf(name, sizeof name, "stream L4 %d/SM", blocks_per_sm);
-    report(name, time_graph([&](cudaStream_t s, const Chosen& c) { stream_kernel<4><<<blocks_per_sm * sms, 256, 0, s>>>(w, c, out); }, choices));
+    report(name, time_choices([&](cudaStream_t s, const Chosen& c) { stream_kernel<4><<<blocks_per_sm * sms, 256, 0, s>>>(w, c, out); }, choices));
     std::snprintf(name, sizeof name, "stream L8 %d/SM", blocks_per_sm);
-    report(name, time_graph([&](cudaStream_t s, const Chosen& c) { stream_kernel<8><<<blocks_per_sm * sms, 256, 0, s>>>(w, c, out); }, choices));
+    report(name, time_choices([&](cudaStream_t s, const Chosen& c) { stream_kernel<8><<<blocks_per_sm * sms, 256, 0, s>>>(w, c, out); }, choices));
   }
   const auto rows = [&](auto kernel, int warps, const char* name) {
     const dim3 grid((kInter + warps - 1) / warps, kTopK);
-    report(name, time_graph([&](cudaStream_t s, const Chosen& c) { kernel<<<grid, warps * 32, 0, s>>>(w, x, c, h); }, choices));
+    report(name, time_choices([&](cudaStream_t s, const Chosen& c) { kernel<<<grid, warps * 32, 0, s>>>(w, x, c, h); }, choices));
   };
   rows(rows_kernel<2, 8, true>, 8, "rows L2 W8 compute");
   rows(rows_kernel<2, 8, true, 6>, 8, "rows L2 W8 cmp 6/SM");  // v3.3's launch bounds (40 registers)
@@ -242,7 +203,7 @@ int main() {
   // down: h is any 8 x 768 bf16 rows; x's buffer is too small, so the down weights' first rows serve.
   const auto down_variant = [&](auto kernel, int split, const char* name) {
     const unsigned blocks = kHidden / (8 / split);
-    report(name, time_graph([&](cudaStream_t s, const Chosen& c) { kernel<<<blocks, 256, 0, s>>>(down, down, c, h); }, choices),
+    report(name, time_choices([&](cudaStream_t s, const Chosen& c) { kernel<<<blocks, 256, 0, s>>>(down, down, c, h); }, choices),
            kDownBytes);
   };
   down_variant(down_kernel<1>, 1, "down S1 (v3.1 layout)");

@@ -9,21 +9,9 @@
 // Build and run on the GPU machine (no CMake needed):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/stream_probe.cu -o /tmp/stream_probe && /tmp/stream_probe
 // Prints one line per (loads, blocks per SM, MB): microseconds and TB/s.
-#include <cuda_runtime.h>
+#include <cstdint>
 
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-
-#define CHECK(call)                                                                           \
-  do {                                                                                        \
-    cudaError_t status_ = (call);                                                             \
-    if (status_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(status_));           \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
+#include "probe_timing.cuh"
 
 template <int LOADS>
 __global__ void __launch_bounds__(256) read_kernel(const uint4* __restrict__ src, size_t n_vec, unsigned* __restrict__ out) {
@@ -49,42 +37,18 @@ __global__ void __launch_bounds__(256) read_kernel(const uint4* __restrict__ src
 }
 
 template <int LOADS> float time_reads(const unsigned char* buffer, size_t buffer_bytes, size_t bytes, int blocks, unsigned* out) {
-  constexpr int kReplays = 5;
-  const int kLaunches = static_cast<int>(std::max<size_t>(10, (size_t{240} << 20) / bytes));
-  cudaStream_t stream;
-  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  const size_t slots = buffer_bytes / bytes;  // >= 20: the launches of one replay read distinct bytes
-  for (int l = 0; l < kLaunches; ++l) {
-    const auto* src = reinterpret_cast<const uint4*>(buffer + (l % slots) * bytes);
-    read_kernel<LOADS><<<blocks, 256, 0, stream>>>(src, bytes / 16, out);
-  }
-  CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  CHECK(cudaGraphLaunch(exec, stream));  // warm-up
-  CHECK(cudaStreamSynchronize(stream));
-  cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
-  std::vector<float> times;
-  for (int r = 0; r < kReplays; ++r) {
-    CHECK(cudaEventRecord(start, stream));
-    CHECK(cudaGraphLaunch(exec, stream));
-    CHECK(cudaEventRecord(stop, stream));
-    CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms * 1000.f / kLaunches);
-  }
-  std::sort(times.begin(), times.end());
-  CHECK(cudaGraphExecDestroy(exec));
-  CHECK(cudaGraphDestroy(graph));
-  CHECK(cudaEventDestroy(start));
-  CHECK(cudaEventDestroy(stop));
-  CHECK(cudaStreamDestroy(stream));
-  return times[kReplays / 2];
+  // Launches whose bytes add up to at least 4x the L2, at distinct offsets (>= 20 slots), so a
+  // replay reads from HBM.
+  const int launches = static_cast<int>(std::max<size_t>(10, (size_t{240} << 20) / bytes));
+  const size_t slots = buffer_bytes / bytes;
+  return time_graph(
+      [&](cudaStream_t stream) {
+        for (int l = 0; l < launches; ++l) {
+          const auto* src = reinterpret_cast<const uint4*>(buffer + (l % slots) * bytes);
+          read_kernel<LOADS><<<blocks, 256, 0, stream>>>(src, bytes / 16, out);
+        }
+      },
+      launches);
 }
 
 int main() {
