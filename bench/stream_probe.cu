@@ -2,9 +2,10 @@
 // A standalone probe (no ember): a plain read kernel (each thread issues LOADS independent 16-byte
 // loads before using any, grid-stride, sums XORed into one word per block) over N bytes, for N
 // from 1 MB to 200 MB, rotating through a 4 GB buffer, timed as a CUDA graph of launches whose
-// bytes add up to at least 4x the L2 (so a replay reads from HBM), median of 5 replays. The time against N gives the fixed cost
-// per launch (intercept) and the streaming bandwidth (slope): the floor for the decode kernels
-// (a Qwen3-30B MoE layer at T = 1 reads 50 MB in gate_up, 25 MB in down; an FP8 GEMV 59 MB).
+// bytes add up to at least 4x the L2 (so a replay reads from HBM), median of 5 replays. The time
+// against N gives the fixed cost per launch (intercept) and the streaming bandwidth (slope): the
+// floor for the decode kernels (a Qwen3-30B MoE layer at T = 1 reads 50 MB in gate_up, 25 MB in
+// down; an FP8 GEMV 59 MB).
 //
 // Build and run on the GPU machine (no CMake needed):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/stream_probe.cu -o /tmp/stream_probe && /tmp/stream_probe
