@@ -1,6 +1,8 @@
 // The timing shared by the standalone probes (bench/stream_probe.cu, bench/moe_probe.cu): a CUDA
 // graph of a run of launches, replayed once to warm up, then kReplays times between events; the
-// median replay divided by the number of launches, in microseconds.
+// median replay divided by the number of launches, in microseconds. Standalone on purpose: the
+// same method in bench/graph_timer.h needs the ember library (its streams and events), and the
+// probes run on the GPU machine without building it.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -242,9 +242,11 @@ constexpr int kRouterWarps = 4, kRouterRows = 4, kRouterLoads = 8;
 // order[r] = the r-th pair slot (t * k + j) by (expert, slot): a stable sort of the pairs by
 // expert, one thread per pair (pairs <= the block's threads), ranks counted over the ids in
 // shared memory. The block's threads wrote the ids; the barrier makes them visible.
-static_assert(kRouterWarps * 32 >= 128, "order_pairs_by_expert: one router thread per pair, and the decode path takes up to 128");
+// The decode path's (token, expert) pairs at most: the router's last block orders them by
+// expert with one thread per pair.
+constexpr int kMaxDecodePairs = kRouterWarps * 32;
 __device__ void order_pairs_by_expert(const int32_t* ids, int pairs, int32_t* order) {
-  __shared__ int32_t pair_expert[kRouterWarps * 32];
+  __shared__ int32_t pair_expert[kMaxDecodePairs];
   __syncthreads();
   const int p = threadIdx.x;
   if (p < pairs) pair_expert[p] = ids[p];
@@ -839,7 +841,7 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
   const int64_t h_rs = round8(std::max(inter, s_inter));
   const auto x_row_bytes = static_cast<size_t>(hidden) * x.itemsize();
   const auto h_rows_bytes = static_cast<size_t>((k + (shared ? 1 : 0)) * h_rs) * x.itemsize();
-  const bool decode_fits = pairs <= 128 && k <= kMaxDecodeTopK && x_row_bytes <= kDecodeSmemMax && h_rows_bytes <= kDecodeSmemMax &&
+  const bool decode_fits = pairs <= kMaxDecodePairs && k <= kMaxDecodeTopK && x_row_bytes <= kDecodeSmemMax && h_rows_bytes <= kDecodeSmemMax &&
                       rows_aligned(x, x.stride(0)) && rows_aligned(router_weight, router_weight.stride(0)) &&
                       rows_aligned(experts.gate, experts.gate.stride(1)) &&
                       rows_aligned(experts.up, experts.up.stride(1)) && rows_aligned(experts.down, experts.down.stride(1)) &&
@@ -850,9 +852,9 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
 
   const MoePath forced = forced_moe_path();
   EMBER_CHECK(forced != MoePath::Decode || decode_fits, "moe_layer",
-              "EMBER_MOE_PATH=decode: expected at most 128 (token, expert) pairs, top_k <= {}, 16-byte aligned rows and a "
+              "EMBER_MOE_PATH=decode: expected at most {} (token, expert) pairs, top_k <= {}, 16-byte aligned rows and a "
               "row of x and a token's rows of h of at most {} bytes each, got {} pairs, top_k {}, {} and {} bytes",
-              kMaxDecodeTopK, kDecodeSmemMax, pairs, k, x_row_bytes, h_rows_bytes);
+              kMaxDecodePairs, kMaxDecodeTopK, kDecodeSmemMax, pairs, k, x_row_bytes, h_rows_bytes);
   // The decode kernels read one expert matrix per (token, expert) pair, the grouped path one
   // per distinct expert: once pairs outnumber the experts, reuse wins. Measured on the H200
   // (docs/PERF.md, both paths forced): LFM2-8B (E = 32, top-4) at T = 16 grouped 230 us vs
