@@ -14,7 +14,20 @@
 //               1.5 KB each): 8 warps per block, S warps per output splitting its 8 experts
 //               (S = 1 is v3.1's layout: 256 blocks, ~2 per SM), 8 loads in flight per lane, h
 //               (8 x 768) in shared memory, partial sums added in shared memory.
+//   chain       the layer's three kernels back to back as ember launches them: a router (one
+//               warp per expert row, the last block picks the top 8 into ids), gate_up (rows L2
+//               W8 at 6/SM, experts from ids) and down (S1 or S8, experts from ids), with and
+//               without programmatic dependent launch.
 // Prints one line per variant: microseconds per launch and TB/s over the bytes it reads.
+//
+// Measured (H200, 2026-11-30, session 5): stream 12.3-13.6 us (the floor: 3.7-4.1 TB/s); rows
+// L2 W8 at 6/SM 13.5-13.7 us, the best of the rows variants within 1 us; down S1 8.4 us with the
+// experts in the kernel parameters but 13.1 us with them in shared memory (ember's down reads
+// them from there: ptxas then gives it 32 registers and interleaves each LDS -> LDG -> dot8, a
+// few loads in flight per lane), S8 (one warp per expert row of an output) 8.0 us either way;
+// router 3.8 us; chain router + gate_up 17.8 us; 3 kernels with S1 32.4 us (PDL 34.2), with S8
+// 27.3 us (PDL 26.4). ncu on the same kernels reports ~2 us more per kernel than this timing
+// (router 5.8, rows 15.7-16.0, down S1 15.1-15.5 us).
 //
 // Build and run on the GPU machine (no CMake needed):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/moe_probe.cu -o /tmp/moe_probe && /tmp/moe_probe
@@ -63,17 +76,27 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc)
   return acc;
 }
 
+// Programmatic dependent launch (the chain section): the next kernel's blocks may start once every
+// block of this one has triggered; wait blocks until the previous kernel finished (a no-op when
+// the kernel was launched without the attribute).
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 // rows: block (x, y) = W channels of pair y; warp w = channel x * W + w: its gate and up rows.
+// With `ids` (the chain), pair y's expert is ids[y], read after waiting for the router.
 template <int L, int W, bool COMPUTE, int MIN_BLOCKS = 1>
 __global__ void __launch_bounds__(W * 32, MIN_BLOCKS) rows_kernel(const uint4* __restrict__ w, const uint4* __restrict__ x_global, Chosen c,
-                                                      float* __restrict__ h) {
+                                                      float* __restrict__ h, const int* __restrict__ ids) {
   __shared__ uint4 x[kHidden / 8];
+  pdl_trigger();
   for (int i = threadIdx.x; i < kHidden / 8; i += W * 32) x[i] = x_global[i];
+  pdl_wait();
+  const int expert = ids ? ids[blockIdx.y] : c.experts[blockIdx.y];
   __syncthreads();
   const int lane = threadIdx.x % 32, channel = blockIdx.x * W + threadIdx.x / 32;
   if (channel >= kInter) return;
   constexpr int kChunks = kHidden / 8;  // 16-byte chunks per row
-  const uint4* g = w + (c.experts[blockIdx.y] * kExpertBytes + channel * kRowBytes) / 16;
+  const uint4* g = w + (expert * kExpertBytes + channel * kRowBytes) / 16;
   const uint4* u = g + kMatrixBytes / 16;
   float gs = 0.f, us = 0.f;
   unsigned acc = 0;
@@ -108,12 +131,16 @@ constexpr size_t kDownRowBytes = kInter * 2, kDownExpertBytes = kHidden * kDownR
 constexpr size_t kDownBytes = kTopK * kDownExpertBytes;                                       // 25 MB per launch
 
 // down: 8 warps per block, S warps per output n, part p of them takes experts p * 8 / S onward.
+// With `ids` (the chain): the experts are ids[0..7], read after waiting for gate_up.
 template <int S>
 __global__ void __launch_bounds__(256) down_kernel(const uint4* __restrict__ w, const uint4* __restrict__ h_global, Chosen c,
-                                                   float* __restrict__ out) {
+                                                   float* __restrict__ out, const int* __restrict__ ids) {
   constexpr int kOutputs = 8 / S, kExpertsPerPart = kTopK / S, kChunks = kInter / 8, L = 8;
   __shared__ uint4 h[kTopK * kChunks];  // 12 KB
   __shared__ float partial[8];
+  __shared__ int experts[kTopK];
+  pdl_wait();
+  if (threadIdx.x < kTopK) experts[threadIdx.x] = ids ? ids[threadIdx.x] : c.experts[threadIdx.x];
   for (int i = threadIdx.x; i < kTopK * kChunks; i += 256) h[i] = h_global[i];
   __syncthreads();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, part = warp % S;
@@ -125,7 +152,7 @@ __global__ void __launch_bounds__(256) down_kernel(const uint4* __restrict__ w, 
 #pragma unroll
     for (int l = 0; l < L; ++l) {
       const int i = i0 + l * 32, j = part * kExpertsPerPart + i / kChunks;
-      v[l] = i < kWork ? w[(c.experts[j] * kDownExpertBytes + n * kDownRowBytes) / 16 + i % kChunks] : make_uint4(0, 0, 0, 0);
+      v[l] = i < kWork ? w[(experts[j] * kDownExpertBytes + n * kDownRowBytes) / 16 + i % kChunks] : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int l = 0; l < L; ++l) {
@@ -142,6 +169,65 @@ __global__ void __launch_bounds__(256) down_kernel(const uint4* __restrict__ w, 
     for (int p = 0; p < S; ++p) sum += partial[threadIdx.x * S + p];
     out[blockIdx.x * kOutputs + threadIdx.x] = sum;
   }
+}
+
+// The chain's router: warp e computes x . router row e (E rows of 4 KB, 8 loads in flight per
+// lane), then the last block to finish picks the top 8 (one warp, 8 rounds of a warp max) and
+// writes ids, shifted by `salt` so that every launch reads other experts.
+constexpr int kRouterBlocks = kExperts / 4;
+__global__ void __launch_bounds__(128) router_kernel(const uint4* __restrict__ r, const uint4* __restrict__ x, int salt,
+                                                     float* __restrict__ logits, unsigned* __restrict__ ticket, int* __restrict__ ids) {
+  pdl_trigger();
+  const int lane = threadIdx.x % 32, e = blockIdx.x * 4 + threadIdx.x / 32;
+  constexpr int kChunks = kHidden / 8;
+  uint4 v[8];
+#pragma unroll
+  for (int l = 0; l < 8; ++l) v[l] = r[e * kChunks + lane + l * 32];
+  float acc = 0.f;
+#pragma unroll
+  for (int l = 0; l < 8; ++l) acc = dot8(v[l], x[lane + l * 32], acc);
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) logits[e] = acc;
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last || threadIdx.x >= 32) return;
+  __threadfence();
+  float mine[kExperts / 32];
+#pragma unroll
+  for (int i = 0; i < kExperts / 32; ++i) mine[i] = logits[lane + 32 * i];
+  for (int j = 0; j < kTopK; ++j) {
+    float best = -INFINITY;
+    int best_i = 0;
+#pragma unroll
+    for (int i = 0; i < kExperts / 32; ++i)
+      if (mine[i] > best) { best = mine[i]; best_i = i; }
+    const unsigned key = __float_as_uint(best) ^ (best < 0.f ? 0xffffffffu : 0x80000000u);  // orders like the floats
+    const unsigned winner_lane = __ffs(__ballot_sync(0xffffffffu, key == __reduce_max_sync(0xffffffffu, key))) - 1;
+    if (lane == static_cast<int>(winner_lane)) {
+      ids[j] = (lane + 32 * best_i + salt) % kExperts;
+      mine[best_i] = -INFINITY;
+    }
+  }
+  if (lane == 0) *ticket = 0;
+}
+
+// launch with the programmatic-serialization attribute when `pdl`.
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t s, bool pdl, Args... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = s;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = pdl ? 1 : 0;
+  CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
 }
 
 // Times `launch(stream, chosen)` over the choices (one launch each: other experts, and together
@@ -164,7 +250,7 @@ int main() {
   CHECK(cudaMemset(w, 0x3c, kExperts * kExpertBytes));  // small bf16 values
   CHECK(cudaMalloc(&x, kHidden * 2));
   CHECK(cudaMemset(x, 0x3c, kHidden * 2));
-  CHECK(cudaMalloc(&h, kHidden * sizeof(float)));  // gate_up's [8, I] or down's [H] outputs
+  CHECK(cudaMalloc(&h, kTopK * kInter * sizeof(float)));  // gate_up's [8, I] or down's [H] outputs
   uint4* down = nullptr;
   CHECK(cudaMalloc(&down, kExperts * kDownExpertBytes));
   CHECK(cudaMemset(down, 0x3c, kExperts * kDownExpertBytes));
@@ -187,7 +273,7 @@ int main() {
   }
   const auto rows = [&](auto kernel, int warps, const char* name) {
     const dim3 grid((kInter + warps - 1) / warps, kTopK);
-    report(name, time_choices([&](cudaStream_t s, const Chosen& c) { kernel<<<grid, warps * 32, 0, s>>>(w, x, c, h); }, choices));
+    report(name, time_choices([&](cudaStream_t s, const Chosen& c) { kernel<<<grid, warps * 32, 0, s>>>(w, x, c, h, nullptr); }, choices));
   };
   rows(rows_kernel<2, 8, true>, 8, "rows L2 W8 compute");
   rows(rows_kernel<2, 8, true, 6>, 8, "rows L2 W8 cmp 6/SM");  // v3.3's launch bounds (40 registers)
@@ -203,13 +289,48 @@ int main() {
   // down: h is any 8 x 768 bf16 rows; x's buffer is too small, so the down weights' first rows serve.
   const auto down_variant = [&](auto kernel, int split, const char* name) {
     const unsigned blocks = kHidden / (8 / split);
-    report(name, time_choices([&](cudaStream_t s, const Chosen& c) { kernel<<<blocks, 256, 0, s>>>(down, down, c, h); }, choices),
+    report(name, time_choices([&](cudaStream_t s, const Chosen& c) { kernel<<<blocks, 256, 0, s>>>(down, down, c, h, nullptr); }, choices),
            kDownBytes);
   };
   down_variant(down_kernel<1>, 1, "down S1 (v3.1 layout)");
   down_variant(down_kernel<2>, 2, "down S2");
   down_variant(down_kernel<4>, 4, "down S4");
   down_variant(down_kernel<8>, 8, "down S8");
+  // chain: the layer's kernels back to back as ember runs them (router -> gate_up -> down), with
+  // and without programmatic dependent launch; and the parts alone, for the gaps between them.
+  unsigned* ticket = nullptr;
+  int* ids = nullptr;
+  float* logits = nullptr;
+  CHECK(cudaMalloc(&ticket, sizeof(unsigned)));
+  CHECK(cudaMemset(ticket, 0, sizeof(unsigned)));
+  CHECK(cudaMalloc(&ids, kTopK * sizeof(int)));
+  CHECK(cudaMalloc(&logits, kExperts * sizeof(float)));
+  const dim3 gate_up_grid(kInter / 8, kTopK);
+  const auto router = [&](cudaStream_t s, const Chosen& c, bool pdl) {
+    launch(router_kernel, kRouterBlocks, 128, s, pdl, down, x, c.experts[0], logits, ticket, ids);
+  };
+  const auto gate_up = [&](cudaStream_t s, const Chosen& c, bool pdl) {
+    launch(rows_kernel<2, 8, true, 6>, gate_up_grid, 256, s, pdl, w, x, c, h, ids);
+  };
+  const auto down_part = [&](cudaStream_t s, const Chosen& c, bool pdl, int split) {
+    if (split == 1) launch(down_kernel<1>, kHidden / 8, 256, s, pdl, down, down, c, h, ids);  // grids as in down_variant
+    else launch(down_kernel<8>, kHidden, 256, s, pdl, down, down, c, h, ids);
+  };
+  report("chain router alone", time_choices([&](cudaStream_t s, const Chosen& c) { router(s, c, false); }, choices), kExperts * kRowBytes);
+  report("chain router+gate_up", time_choices([&](cudaStream_t s, const Chosen& c) { router(s, c, false); gate_up(s, c, true); }, choices));
+  for (int split : {1, 8})
+    for (bool pdl : {false, true}) {
+      char name[64];
+      std::snprintf(name, sizeof name, "chain 3 kernels S%d%s", split, pdl ? " PDL" : "");
+      report(name, time_choices([&](cudaStream_t s, const Chosen& c) {
+        router(s, c, false);
+        gate_up(s, c, pdl);
+        down_part(s, c, pdl, split);
+      }, choices), kLaunchBytes + kDownBytes);
+    }
+  CHECK(cudaFree(ticket));
+  CHECK(cudaFree(ids));
+  CHECK(cudaFree(logits));
   CHECK(cudaFree(down));
   CHECK(cudaFree(w));
   CHECK(cudaFree(x));

@@ -3,7 +3,7 @@
 # test, run the CUDA tests under compute-sanitizer (memcheck, racecheck), run the decode
 # benchmarks next to PyTorch. Logs go to $OUT (or ./out). Steps: all (default) or a list of
 # build tests sanitize bench (or one of bench-decode bench-core bench-linalg bench-moe), bench-engine,
-# profile-moe, profile-moe-memory, probe, train.
+# profile-moe, profile-moe-memory, probe, profile-probe, train.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out}; mkdir -p "$out"
@@ -75,9 +75,19 @@ bench_pair() {  # name, ember command, torch command
   eval "$3" >> "$out/bench.jsonl" 2>> "$out/bench.err"
 }
 if has probe; then  # standalone bandwidth probes (no ember build needed): bench/stream_probe.cu, bench/moe_probe.cu
-  for probe in stream_probe moe_probe; do
+  for probe in ${PROBES:-stream_probe moe_probe}; do
     stamp "probe $probe"
     nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a "bench/$probe.cu" -o "/tmp/$probe" && timeout 120 "/tmp/$probe" | tee "$out/$probe.txt"
+  done
+fi
+if has profile-probe; then
+  # ncu's view of the probe's kernels (same flags as profile-moe), to set its per-kernel durations
+  # of ember's decode kernels against what the probe's CUDA-graph timing gives for the same bytes.
+  stamp "profile probe"
+  [ -x /tmp/moe_probe ] || nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/moe_probe.cu -o /tmp/moe_probe
+  for kernel in router_kernel rows_kernel down_kernel; do
+    ncu --clock-control none --kernel-name regex:$kernel --launch-skip 10 --launch-count 3 /tmp/moe_probe 2>&1 |
+      grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput" | tee -a "$out/profile-probe.txt"
   done
 fi
 if has bench || has bench-linalg; then
