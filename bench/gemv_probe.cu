@@ -1,0 +1,873 @@
+// Why is ember's bf16 decode GEMV (src/cuda/gemv.cu) slower than cuBLAS on the H200, and which
+// kernel shape closes the gap? A standalone probe (no ember): ember's kernels copied as they are
+// (the baselines, launched as gemv.cu's host code launches them for each shape) next to variants
+// that differ in how many 16-byte weight loads each lane really has in flight, how the tail is
+// handled, how many rows a warp shares one x load with, and how the columns layout reduces its
+// split of K. Every launch reads its own copy of the weights (copies adding up to >= 400 MB, at
+// least 2, so a replay reads from HBM, not the 60 MB L2), timed as a CUDA graph of one launch per
+// copy, median of 5 replays (bench/probe_timing.cuh).
+//
+// Layouts and shapes (K N as in the decode tables):
+//   rows     W [N, K] unit-stride along K, y = W x ("NxKx1" rows): 28672x8192, 8192x8192,
+//            3584x14336, 4096x14336, 2304x9216, 2304x256000.
+//   columns  y = x B with B [K, N] row-major ("1xKxN"): 2048x4096, 2048x8192, 2048x7168,
+//            2304x2048, 768x2048, 512x2048, 2048x2048, 8192x128256, 2304x256000, 4096x128256.
+// Inputs are random bf16 in [-1, 1); every variant's y is checked on every shape against a
+// float64 host reference (err = max |y - ref| / max |ref|; FAIL above 1e-2: bf16 output rounding
+// alone is ~4e-3 of a value).
+//
+// Prints one line per (variant, shape): microseconds per launch, TB/s over the weight bytes, and
+// the speedup over ember's current kernel for that shape (> 1: faster).
+//
+// Build and run on the GPU machine (no CMake needed):
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/gemv_probe.cu -o /tmp/gemv_probe && /tmp/gemv_probe
+// SASS of a kernel (what the per-variant comments describe):
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cubin -Xptxas -v bench/gemv_probe.cu -o /tmp/g.cubin
+//   cuobjdump -sass /tmp/g.cubin | less   (or nvdisasm -c /tmp/g.cubin)
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "probe_timing.cuh"
+
+using bf16 = __nv_bfloat16;
+constexpr int kThreads = 256;  // ember's block size for both layouts
+constexpr int kVec = 8;        // bf16 per 16-byte load
+
+// ---------------------------------------------------------------------------------------------
+// ember's kernels as in src/cuda/gemv.cu (T = bf16, one input row, 16-byte path), unchanged but
+// for the template parameters these shapes fix.
+
+template <class T> struct alignas(16) Vec { T v[16 / sizeof(T)]; };
+
+__device__ __forceinline__ float dot16(const Vec<bf16>& a, const Vec<bf16>& b, float acc) {
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) acc = fmaf(__bfloat162float(a.v[i]), __bfloat162float(b.v[i]), acc);
+  return acc;
+}
+
+// ember rows_kernel<bf16, GROUP, true, 1>. SASS (GROUP 32, this copy): 40 registers; weight and x
+// loads issued in pairs, 2 of a batch's 4 weight loads before the first FFMA, then 1 more per
+// few FFMAs: ~2 weight loads in flight per lane.
+template <int GROUP>
+__global__ void __launch_bounds__(kThreads) ember_rows_kernel(const bf16* __restrict__ w, int64_t ldw, const bf16* __restrict__ x,
+                                                              const bf16* __restrict__ bias, bf16* __restrict__ y, int64_t n_rows,
+                                                              int64_t k) {
+  constexpr int kRowsPerBlock = kThreads / GROUP;
+  constexpr int kLoads = 4;
+  const int lane = threadIdx.x % GROUP;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / GROUP;
+  float acc = 0.f;
+  if (row < n_rows) {
+    const bf16* wr = w + row * ldw;
+    const int64_t n_vec = k / kVec;
+    const auto* wv = reinterpret_cast<const Vec<bf16>*>(wr);
+    for (int64_t i0 = lane; i0 < n_vec; i0 += kLoads * GROUP) {
+      Vec<bf16> wq[kLoads];
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        const int64_t i = i0 + u * GROUP;
+        wq[u] = i < n_vec ? wv[i] : Vec<bf16>{};
+      }
+      const auto* xv = reinterpret_cast<const Vec<bf16>*>(x);
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        const int64_t i = i0 + u * GROUP;
+        acc = dot16(wq[u], i < n_vec ? xv[i] : Vec<bf16>{}, acc);
+      }
+    }
+  }
+#pragma unroll
+  for (int off = (GROUP < 32 ? GROUP : 32) / 2; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if constexpr (GROUP > 32) {
+    __shared__ float partial[kThreads / 32];
+    const int warp = threadIdx.x / 32;
+    if (threadIdx.x % 32 == 0) partial[warp] = acc;
+    __syncthreads();
+    if (lane == 0) {
+      acc = 0.f;
+#pragma unroll
+      for (int j = 0; j < GROUP / 32; ++j) acc += partial[warp + j];
+    }
+  }
+  if (lane == 0 && row < n_rows) {
+    const float b = bias ? __bfloat162float(bias[row]) : 0.f;
+    y[row] = __float2bfloat16_rn(acc + b);
+  }
+}
+
+constexpr int kSlices = 8;  // K slices per block in ember's columns kernel (v4)
+
+// ember columns_kernel<bf16, true> (v4): 32 threads x 16 bytes across a tile of 256 columns, 8
+// slices of K down the block, gridDim.y splits K; with splits every block adds into `accum`, the
+// last block of the tile (ticket) writes y and zeroes accum and the ticket for the next launch.
+// SASS: 40 registers.
+__global__ void __launch_bounds__(kThreads) ember_columns_kernel(const bf16* __restrict__ b, int64_t ldb, const bf16* __restrict__ x,
+                                                                 const bf16* __restrict__ bias, bf16* __restrict__ y, int64_t n, int64_t k,
+                                                                 int64_t k_per_split, float* __restrict__ accum,
+                                                                 unsigned* __restrict__ tickets) {
+  constexpr int VW = kVec;
+  constexpr int kTile = 32 * VW;
+  const int col_thread = threadIdx.x % 32, slice = threadIdx.x / 32;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kTile + col_thread * VW;
+  const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * k_per_split;
+  const int64_t k_end = min(k, k_begin + k_per_split);
+  float acc[VW];
+#pragma unroll
+  for (int j = 0; j < VW; ++j) acc[j] = 0.f;
+  if (col0 < n) {
+    int64_t kk = k_begin + slice;
+    for (; kk + 3 * kSlices < k_end; kk += 4 * kSlices) {
+      Vec<bf16> r[4];
+      float xs[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        r[u] = *reinterpret_cast<const Vec<bf16>*>(b + (kk + u * kSlices) * ldb + col0);
+        xs[u] = __bfloat162float(x[kk + u * kSlices]);
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int j = 0; j < VW; ++j) acc[j] = fmaf(xs[u], __bfloat162float(r[u].v[j]), acc[j]);
+    }
+    for (; kk < k_end; kk += kSlices) {
+      const Vec<bf16> r = *reinterpret_cast<const Vec<bf16>*>(b + kk * ldb + col0);
+      const float xk = __bfloat162float(x[kk]);
+#pragma unroll
+      for (int j = 0; j < VW; ++j) acc[j] = fmaf(xk, __bfloat162float(r.v[j]), acc[j]);
+    }
+  }
+  __shared__ float sums[kSlices][kTile];
+#pragma unroll
+  for (int j = 0; j < VW; ++j) sums[slice][col_thread * VW + j] = acc[j];
+  __syncthreads();
+  const bool split = gridDim.y > 1;
+  for (int t = threadIdx.x; t < kTile; t += kThreads) {
+    float s = 0.f;
+#pragma unroll
+    for (int sl = 0; sl < kSlices; ++sl) s += sums[sl][t];
+    const int64_t col = static_cast<int64_t>(blockIdx.x) * kTile + t;
+    if (col >= n) continue;
+    if (split) {
+      atomicAdd(&accum[col], s);
+    } else {
+      if (bias) s += __bfloat162float(bias[col]);
+      y[col] = __float2bfloat16_rn(s);
+    }
+  }
+  if (!split) return;
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&tickets[blockIdx.x], 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int t = threadIdx.x; t < kTile; t += kThreads) {
+    const int64_t col = static_cast<int64_t>(blockIdx.x) * kTile + t;
+    if (col >= n) continue;
+    float s = __ldcg(&accum[col]);
+    accum[col] = 0.f;
+    if (bias) s += __bfloat162float(bias[col]);
+    y[col] = __float2bfloat16_rn(s);
+  }
+  if (threadIdx.x == 0) tickets[blockIdx.x] = 0;
+}
+
+constexpr int kMaxXRange = 4096;  // rows of x the X_SMEM kernels stage in shared memory
+
+// ember cluster_columns_kernel<bf16, true> (v5), generalised over the tile (COLS threads x 16
+// bytes across, THREADS / COLS slices down) and the loads in flight: ember's is <8, 256, 8>.
+// SASS <8, 256, 8> (ember's): 59 registers, and despite the 8-load batch only 2 weight loads
+// before the first FFMA, then one per few FFMAs (ptxas hoists the x loads between them).
+// X_SMEM (variants only): the rank's x range staged in shared memory as floats; SASS <32, 256,
+// 8, X_SMEM> 63 registers, 4 weight loads before the first FFMA; <32, 512, 8, X_SMEM> 95
+// registers, 7-8 weight loads before the first FFMA.
+template <int COLS, int THREADS, int LOADS, bool X_SMEM = false>
+__global__ void __launch_bounds__(THREADS) cluster_columns_kernel(const bf16* __restrict__ b, int64_t ldb, const bf16* __restrict__ x,
+                                                                  const bf16* __restrict__ bias, bf16* __restrict__ y, int64_t n, int64_t k,
+                                                                  int64_t k_per_rank) {
+  constexpr int VW = kVec;
+  constexpr int kColThreads = COLS, kSlicesDown = THREADS / COLS, kCols = COLS * VW;
+  constexpr int kParts = THREADS / kCols;  // threads summing one column's slices
+  static_assert(kParts >= 1 && kCols % 32 == 0);
+  constexpr int kStride = kCols + 32 / kParts;
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  __cluster_barrier_arrive_relaxed();
+  const unsigned rank = cluster.block_rank(), ranks = cluster.num_blocks();
+  const unsigned share = kCols / ranks;
+  const int64_t tile0 = static_cast<int64_t>(blockIdx.x) * kCols;
+  const unsigned source = threadIdx.x % ranks, owned = threadIdx.x / ranks;
+  const int64_t out_col = tile0 + rank * share + owned;
+  const bool writes = threadIdx.x < kCols && source == 0 && out_col < n;
+  const float bias_value = writes && bias ? __bfloat162float(bias[out_col]) : 0.f;
+
+  const int col_thread = threadIdx.x % kColThreads, slice = threadIdx.x / kColThreads;
+  const int64_t col0 = tile0 + col_thread * VW;
+  const int64_t k_begin = rank * k_per_rank, k_end = min(k, k_begin + k_per_rank);
+  // X_SMEM: the rank's x range as floats in shared memory first (k_per_rank <= kMaxXRange).
+  __shared__ float x_range[X_SMEM ? kMaxXRange : 1];
+  if constexpr (X_SMEM) {
+    for (int64_t i = k_begin + threadIdx.x; i < k_end; i += THREADS) x_range[i - k_begin] = __bfloat162float(x[i]);
+    __syncthreads();
+  }
+  float acc[VW];
+#pragma unroll
+  for (int j = 0; j < VW; ++j) acc[j] = 0.f;
+  if (col0 < n) {
+    for (int64_t k0 = k_begin + slice; k0 < k_end; k0 += LOADS * kSlicesDown) {
+      Vec<bf16> r[LOADS];
+      float xs[LOADS];
+#pragma unroll
+      for (int u = 0; u < LOADS; ++u) {
+        const int64_t kk = k0 + u * kSlicesDown;
+        r[u] = Vec<bf16>{};
+        xs[u] = 0.f;
+        if (kk < k_end) {
+          r[u] = *reinterpret_cast<const Vec<bf16>*>(b + kk * ldb + col0);
+          xs[u] = X_SMEM ? x_range[kk - k_begin] : __bfloat162float(x[kk]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < LOADS; ++u)
+#pragma unroll
+        for (int j = 0; j < VW; ++j) acc[j] = fmaf(xs[u], __bfloat162float(r[u].v[j]), acc[j]);
+    }
+  }
+  __shared__ alignas(16) float sums[kSlicesDown][kStride];
+  __shared__ float inbox[kCols];
+#pragma unroll
+  for (int j = 0; j < VW; j += 4)
+    *reinterpret_cast<float4*>(&sums[slice][col_thread * VW + j]) = make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
+  __syncthreads();
+  const int col = threadIdx.x / kParts, part = threadIdx.x % kParts;
+  float s = 0.f;
+  if (col < kCols) {
+#pragma unroll
+    for (int sl = part; sl < kSlicesDown; sl += kParts) s += sums[sl][col];
+  }
+#pragma unroll
+  for (int off = kParts / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+  cluster.barrier_wait();
+  if (part == 0 && col < kCols) cluster.map_shared_rank(inbox, static_cast<int>(col / share))[rank * share + col % share] = s;
+  cluster.sync();
+  if (threadIdx.x < kCols) {
+    float v = inbox[source * share + owned];
+    for (unsigned off = 1; off < ranks; off *= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+    if (writes) y[out_col] = __float2bfloat16_rn(v + bias_value);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Variants. They work on raw 16-byte chunks (uint4) with 32-bit indices inside a row and unpack
+// bf16 by shifts (the same arithmetic as __bfloat162float).
+
+__device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w}, xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    acc = fmaf(__uint_as_float(ws[i] << 16), __uint_as_float(xs[i] << 16), acc);
+    acc = fmaf(__uint_as_float(ws[i] & 0xFFFF0000u), __uint_as_float(xs[i] & 0xFFFF0000u), acc);
+  }
+  return acc;
+}
+
+// A weight chunk: read-only path, or read-only and not kept in L1 (the weights stream through
+// once; x, read by every warp, stays in L1).
+template <bool NO_L1> __device__ __forceinline__ uint4 load_weight(const uint4* p) {
+  if constexpr (NO_L1) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+  } else {
+    return __ldg(p);
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// rows "unpred L NO_L1": a warp per row; main loop of full batches of L chunks per lane with no
+// predicates (addresses = one pointer + immediate offsets u * 512 bytes), then one predicated
+// tail batch. SASS: L4 32 registers, weight and x loads in pairs, 2 weight loads before the
+// first FFMA (no better than ember's); L8 48 registers, 3-4 weight loads before the first FFMA
+// (ptxas hoists the global x loads between them), the rest one per few FFMAs. NO_L1 changes
+// only the load flavour (LDG.E.NA).
+template <int L, bool NO_L1>
+__global__ void __launch_bounds__(kThreads) rows_unpred_kernel(const uint4* __restrict__ w, int ldw_vec, const uint4* __restrict__ x,
+                                                               bf16* __restrict__ y, int n_rows, int n_vec) {
+  const int lane = threadIdx.x % 32, row = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
+  if (row >= n_rows) return;  // the whole warp
+  const uint4* wr = w + static_cast<size_t>(row) * ldw_vec + lane;
+  const uint4* xr = x + lane;
+  float acc = 0.f;
+  int i = 0;
+  for (; i + L * 32 <= n_vec; i += L * 32) {
+    uint4 v[L];
+#pragma unroll
+    for (int u = 0; u < L; ++u) v[u] = load_weight<NO_L1>(wr + i + u * 32);
+#pragma unroll
+    for (int u = 0; u < L; ++u) acc = dot8(v[u], xr[i + u * 32], acc);
+  }
+  if (i < n_vec) {
+    uint4 v[L];
+#pragma unroll
+    for (int u = 0; u < L; ++u) v[u] = i + u * 32 + lane < n_vec ? load_weight<NO_L1>(wr + i + u * 32) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < L; ++u)
+      if (i + u * 32 + lane < n_vec) acc = dot8(v[u], xr[i + u * 32], acc);
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) y[row] = __float2bfloat16_rn(acc);
+}
+
+// rows "pipe L": a warp per row, software pipelined: batch i + 1's L weight loads are issued
+// before batch i is consumed, so L loads sit in registers while the previous L are used. SASS
+// L4: 48 registers, but ptxas issues batch i + 1's loads after batch i's x loads and half its
+// FFMAs, reusing its registers: 4 weight loads in flight, never 8 (no real overlap).
+template <int L>
+__global__ void __launch_bounds__(kThreads) rows_pipe_kernel(const uint4* __restrict__ w, int ldw_vec, const uint4* __restrict__ x,
+                                                             bf16* __restrict__ y, int n_rows, int n_vec) {
+  const int lane = threadIdx.x % 32, row = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
+  if (row >= n_rows) return;
+  const uint4* wr = w + static_cast<size_t>(row) * ldw_vec + lane;
+  const uint4* xr = x + lane;
+  float acc = 0.f;
+  int i = 0;
+  if (n_vec >= L * 32) {
+    uint4 cur[L];
+#pragma unroll
+    for (int u = 0; u < L; ++u) cur[u] = __ldg(wr + u * 32);
+    for (; i + 2 * L * 32 <= n_vec; i += L * 32) {
+      uint4 next[L];
+#pragma unroll
+      for (int u = 0; u < L; ++u) next[u] = __ldg(wr + i + L * 32 + u * 32);
+#pragma unroll
+      for (int u = 0; u < L; ++u) acc = dot8(cur[u], xr[i + u * 32], acc);
+#pragma unroll
+      for (int u = 0; u < L; ++u) cur[u] = next[u];
+    }
+#pragma unroll
+    for (int u = 0; u < L; ++u) acc = dot8(cur[u], xr[i + u * 32], acc);
+    i += L * 32;
+  }
+  if (i < n_vec) {
+    uint4 v[L];
+#pragma unroll
+    for (int u = 0; u < L; ++u) v[u] = i + u * 32 + lane < n_vec ? __ldg(wr + i + u * 32) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < L; ++u)
+      if (i + u * 32 + lane < n_vec) acc = dot8(v[u], xr[i + u * 32], acc);
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) y[row] = __float2bfloat16_rn(acc);
+}
+
+// rows "smem L": as "unpred L NO_L1" but x is first copied into shared memory (K * 2 bytes of
+// dynamic shared memory per block) and read from there: ptxas hoists global x loads between the
+// weight loads (they are long-latency too), not the short shared-memory ones. SASS: L4 32
+// registers, all 4 weight loads before the first FFMA; L8 48 registers, 6 weight loads before
+// the first FFMA and the other 2 after 1-3 FFMAs (~8 in flight).
+template <int L>
+__global__ void __launch_bounds__(kThreads) rows_smem_kernel(const uint4* __restrict__ w, int ldw_vec, const uint4* __restrict__ x,
+                                                             bf16* __restrict__ y, int n_rows, int n_vec) {
+  extern __shared__ uint4 xs[];
+  for (int i = threadIdx.x; i < n_vec; i += kThreads) xs[i] = x[i];
+  __syncthreads();
+  const int lane = threadIdx.x % 32, row = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
+  if (row >= n_rows) return;
+  const uint4* wr = w + static_cast<size_t>(row) * ldw_vec + lane;
+  const uint4* xr = xs + lane;
+  float acc = 0.f;
+  int i = 0;
+  for (; i + L * 32 <= n_vec; i += L * 32) {
+    uint4 v[L];
+#pragma unroll
+    for (int u = 0; u < L; ++u) v[u] = load_weight<true>(wr + i + u * 32);
+#pragma unroll
+    for (int u = 0; u < L; ++u) acc = dot8(v[u], xr[i + u * 32], acc);
+  }
+  if (i < n_vec) {
+    uint4 v[L];
+#pragma unroll
+    for (int u = 0; u < L; ++u) v[u] = i + u * 32 + lane < n_vec ? load_weight<true>(wr + i + u * 32) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < L; ++u)
+      if (i + u * 32 + lane < n_vec) acc = dot8(v[u], xr[i + u * 32], acc);
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) y[row] = __float2bfloat16_rn(acc);
+}
+
+// rows "multi R L": a warp owns R consecutive rows (n_rows % R == 0), L chunks per row per batch:
+// R * L weight loads in flight per lane, and each x chunk is loaded once for R rows (the x
+// traffic from L1/L2 drops R-fold). Unpredicated main loop, predicated tail. SASS: R2 L4 50
+// registers, 5-6 of its 8 weight loads before the first FFMA; R4 L2 58 registers, 6 of 8 before
+// the first FFMA, the other 2 within a few FFMAs.
+template <int R, int L, bool NO_L1>
+__global__ void __launch_bounds__(kThreads) rows_multi_kernel(const uint4* __restrict__ w, int ldw_vec, const uint4* __restrict__ x,
+                                                              bf16* __restrict__ y, int n_rows, int n_vec) {
+  const int lane = threadIdx.x % 32, row0 = (blockIdx.x * (kThreads / 32) + threadIdx.x / 32) * R;
+  if (row0 >= n_rows) return;
+  const uint4* wr = w + static_cast<size_t>(row0) * ldw_vec + lane;
+  const uint4* xr = x + lane;
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.f;
+  int i = 0;
+  for (; i + L * 32 <= n_vec; i += L * 32) {
+    uint4 v[R][L];
+#pragma unroll
+    for (int u = 0; u < L; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r) v[r][u] = load_weight<NO_L1>(wr + r * ldw_vec + i + u * 32);
+#pragma unroll
+    for (int u = 0; u < L; ++u) {
+      const uint4 xv = xr[i + u * 32];
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] = dot8(v[r][u], xv, acc[r]);
+    }
+  }
+  if (i < n_vec) {
+    uint4 v[R][L];
+#pragma unroll
+    for (int u = 0; u < L; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        v[r][u] = i + u * 32 + lane < n_vec ? load_weight<NO_L1>(wr + r * ldw_vec + i + u * 32) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < L; ++u) {
+      if (i + u * 32 + lane >= n_vec) continue;
+      const uint4 xv = xr[i + u * 32];
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] = dot8(v[r][u], xv, acc[r]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = warp_sum(acc[r]);
+  if (lane < R) {
+    float mine = acc[0];
+#pragma unroll
+    for (int r = 1; r < R; ++r) mine = lane == r ? acc[r] : mine;
+    y[row0 + lane] = __float2bfloat16_rn(mine);
+  }
+}
+
+// columns "split L": v4's layout (32 threads x 16 bytes across a 256-column tile, 8 slices down
+// the block, gridDim.y splits K into ranges of ~L * 8 rows, so each thread has one batch of L
+// loads) with an unpredicated main loop, and the split reduction by 16-byte vector atomics
+// (red.global.add.v4.f32, sm_90) into `accum`: a quarter of v4's atomics. Same ticket protocol.
+// SASS (L8 and L4): 32 registers, and ptxas still interleaves: 2 weight loads before the first
+// FFMA, then 2 per 2-4 FFMAs (~2 in flight) even with x in shared memory; so this variant
+// measures the cheaper reduction (one batch per thread, vector atomics), not more loads in flight.
+template <int L>
+__global__ void __launch_bounds__(kThreads) columns_split_kernel(const uint4* __restrict__ b, int ldb_vec, const bf16* __restrict__ x,
+                                                                 bf16* __restrict__ y, int n, int k, int k_per_split,
+                                                                 float* __restrict__ accum, unsigned* __restrict__ tickets) {
+  constexpr int kTile = 32 * kVec;
+  const int col_thread = threadIdx.x % 32, slice = threadIdx.x / 32;
+  const int cv = blockIdx.x * 32 + col_thread;  // this thread's 16-byte column chunk
+  const int k_begin = blockIdx.y * k_per_split, k_end = min(k, k_begin + k_per_split);
+  // The split's x as floats in shared memory (k_per_split <= kMaxXRange): read by LDS, which
+  // ptxas does not hoist between the weight loads as it does global x loads.
+  __shared__ float x_range[kMaxXRange];
+  for (int i = k_begin + threadIdx.x; i < k_end; i += kThreads) x_range[i - k_begin] = __bfloat162float(x[i]);
+  __syncthreads();
+  float acc[kVec] = {};
+  if (cv * kVec < n) {
+    const uint4* bp = b + static_cast<size_t>(k_begin + slice) * ldb_vec + cv;
+    const size_t step = static_cast<size_t>(kSlices) * ldb_vec;  // one slice step down K
+    int kk = k_begin + slice;
+    for (; kk + (L - 1) * kSlices < k_end; kk += L * kSlices, bp += L * step) {
+      uint4 r[L];
+      float xs[L];
+#pragma unroll
+      for (int u = 0; u < L; ++u) r[u] = __ldg(bp + u * step);
+#pragma unroll
+      for (int u = 0; u < L; ++u) xs[u] = x_range[kk - k_begin + u * kSlices];
+#pragma unroll
+      for (int u = 0; u < L; ++u) {
+        const uint32_t q[4] = {r[u].x, r[u].y, r[u].z, r[u].w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          acc[2 * j] = fmaf(xs[u], __uint_as_float(q[j] << 16), acc[2 * j]);
+          acc[2 * j + 1] = fmaf(xs[u], __uint_as_float(q[j] & 0xFFFF0000u), acc[2 * j + 1]);
+        }
+      }
+    }
+    for (; kk < k_end; kk += kSlices, bp += step) {
+      const uint4 r = __ldg(bp);
+      const float xk = x_range[kk - k_begin];
+      const uint32_t q[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        acc[2 * j] = fmaf(xk, __uint_as_float(q[j] << 16), acc[2 * j]);
+        acc[2 * j + 1] = fmaf(xk, __uint_as_float(q[j] & 0xFFFF0000u), acc[2 * j + 1]);
+      }
+    }
+  }
+  __shared__ alignas(16) float sums[kSlices][kTile];
+#pragma unroll
+  for (int j = 0; j < kVec; j += 4)
+    *reinterpret_cast<float4*>(&sums[slice][col_thread * kVec + j]) = make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
+  __syncthreads();
+  // 64 threads each sum 4 consecutive columns over the slices.
+  const bool split = gridDim.y > 1;
+  const int c4 = threadIdx.x * 4, col = blockIdx.x * kTile + c4;
+  const bool owns = threadIdx.x < kTile / 4 && col < n;  // n % 8 == 0: 4 columns in or out together
+  float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (owns) {
+#pragma unroll
+    for (int sl = 0; sl < kSlices; ++sl) {
+      const float4 v = *reinterpret_cast<const float4*>(&sums[sl][c4]);
+      s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+    }
+    if (split) {
+      atomicAdd(reinterpret_cast<float4*>(&accum[col]), s);
+    } else {
+      *reinterpret_cast<__nv_bfloat162*>(&y[col]) = __floats2bfloat162_rn(s.x, s.y);
+      *reinterpret_cast<__nv_bfloat162*>(&y[col + 2]) = __floats2bfloat162_rn(s.z, s.w);
+    }
+  }
+  if (!split) return;
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&tickets[blockIdx.x], 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (owns) {
+    float4* a = reinterpret_cast<float4*>(&accum[col]);
+    const float4 v = __ldcg(a);
+    *a = make_float4(0.f, 0.f, 0.f, 0.f);
+    *reinterpret_cast<__nv_bfloat162*>(&y[col]) = __floats2bfloat162_rn(v.x, v.y);
+    *reinterpret_cast<__nv_bfloat162*>(&y[col + 2]) = __floats2bfloat162_rn(v.z, v.w);
+  }
+  if (threadIdx.x == 0) tickets[blockIdx.x] = 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side.
+
+struct Shape {
+  int k, n;
+};
+
+struct Problem {
+  Shape s;
+  const bf16* w0;          // copy 0; copy c at w0 + c * stride elements
+  size_t stride;           // elements between copies
+  int copies;
+  const bf16* x;
+  bf16* y;
+  float* accum;            // zeroed split-K state (the columns kernels leave it zero)
+  unsigned* tickets;
+  int sms;
+  size_t bytes() const { return static_cast<size_t>(s.k) * s.n * sizeof(bf16); }
+  const bf16* w(int c) const { return w0 + c * stride; }
+};
+
+using Launch = std::function<void(const Problem&, const bf16* w, cudaStream_t)>;
+
+struct Variant {
+  std::string name;
+  Launch launch;
+  bool (*applies)(const Shape&) = nullptr;  // null: every shape of its layout
+};
+
+// The group width gemv.cu's launch_rows_m picks (one input row, 16-byte path).
+int ember_rows_group(const Problem& p) {
+  const int64_t want_warps = 8 * static_cast<int64_t>(p.sms), per_row = p.s.k / kVec;
+  int group = 32;
+  while (group < 256 && static_cast<int64_t>(p.s.n) * group / 32 < want_warps && per_row / (2 * group) >= 4) group *= 2;
+  return group;
+}
+
+template <int GROUP> void launch_ember_rows_group(const Problem& p, const bf16* w, cudaStream_t st) {
+  const unsigned blocks = (p.s.n + kThreads / GROUP - 1) / (kThreads / GROUP);
+  ember_rows_kernel<GROUP><<<blocks, kThreads, 0, st>>>(w, p.s.k, p.x, nullptr, p.y, p.s.n, p.s.k);
+}
+
+void launch_ember_rows(const Problem& p, const bf16* w, cudaStream_t st) {
+  switch (ember_rows_group(p)) {
+    case 32: return launch_ember_rows_group<32>(p, w, st);
+    case 64: return launch_ember_rows_group<64>(p, w, st);
+    case 128: return launch_ember_rows_group<128>(p, w, st);
+    default: return launch_ember_rows_group<256>(p, w, st);
+  }
+}
+
+// A warp-per-row (or R rows per warp) variant kernel over the problem.
+template <class Kernel> void launch_warp_rows(Kernel kernel, int rows_per_warp, const Problem& p, const bf16* w, cudaStream_t st) {
+  const int warps = (p.s.n + rows_per_warp - 1) / rows_per_warp;
+  const unsigned blocks = (warps + kThreads / 32 - 1) / (kThreads / 32);
+  kernel<<<blocks, kThreads, 0, st>>>(reinterpret_cast<const uint4*>(w), p.s.k / kVec, reinterpret_cast<const uint4*>(p.x), p.y, p.s.n,
+                                      p.s.k / kVec);
+}
+
+// rows "smem L": x in dynamic shared memory (the kernel's attribute allows 64 KB: set in main()).
+template <int L> void launch_rows_smem(const Problem& p, const bf16* w, cudaStream_t st) {
+  const unsigned blocks = (p.s.n + kThreads / 32 - 1) / (kThreads / 32);
+  rows_smem_kernel<L><<<blocks, kThreads, p.s.k * sizeof(bf16), st>>>(reinterpret_cast<const uint4*>(w), p.s.k / kVec,
+                                                                     reinterpret_cast<const uint4*>(p.x), p.y, p.s.n, p.s.k / kVec);
+}
+
+// The largest cluster (16 or the portable 8) `kernel` may use with THREADS-thread blocks, as
+// gemv.cu's cluster_size_limit decides it.
+template <class Kernel> int cluster_limit(Kernel kernel, int threads) {
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute attribute{};
+  config.gridDim = dim3(1, 16);
+  config.blockDim = dim3(threads);
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = 1;
+  attribute.val.clusterDim.y = 16;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  int largest = 0, clusters = 0;
+  CHECK(cudaOccupancyMaxPotentialClusterSize(&largest, kernel, &config));
+  if (largest >= 16) CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+  return clusters > 0 ? 16 : 8;
+}
+
+// The cluster kernel <COLS, THREADS, LOADS> with `cluster` blocks splitting K per tile.
+template <int COLS, int THREADS, int LOADS, bool X_SMEM = false>
+void launch_cluster(const Problem& p, const bf16* w, cudaStream_t st, int cluster) {
+  const auto kernel = cluster_columns_kernel<COLS, THREADS, LOADS, X_SMEM>;  // cluster_limit allowed clusters of 16
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute attribute{};
+  const int tiles = (p.s.n + COLS * kVec - 1) / (COLS * kVec);
+  config.gridDim = dim3(tiles, cluster);
+  config.blockDim = dim3(THREADS);
+  config.stream = st;
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = 1;
+  attribute.val.clusterDim.y = cluster;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const int64_t k_per_rank = (p.s.k + cluster - 1) / cluster;
+  CHECK(cudaLaunchKernelEx(&config, kernel, w, static_cast<int64_t>(p.s.n), p.x, static_cast<const bf16*>(nullptr), p.y,
+                           static_cast<int64_t>(p.s.n), static_cast<int64_t>(p.s.k), k_per_rank));
+}
+
+// ember's cluster (split of K) for a shape: gemv.cu's launch_columns_cluster rule (double until
+// ~4 blocks per SM while each thread keeps >= 4 rows); 0 where it returns false (v4 runs).
+int ember_cluster(const Problem& p) {
+  constexpr int kCols = 64, kSlicesDown = 32, kLoads = 8;
+  if (p.s.n > 1024 && static_cast<int64_t>(p.s.n) * p.s.k > 3700000) return 0;
+  static const int max_cluster = cluster_limit(cluster_columns_kernel<8, 256, 8>, 256);
+  const int64_t tiles = (p.s.n + kCols - 1) / kCols;
+  int64_t cluster = 1;
+  while (cluster < max_cluster && tiles * cluster < 4 * p.sms && p.s.k / (2 * kSlicesDown * cluster) >= 4) cluster *= 2;
+  const int64_t rows_per_thread = ((p.s.k + cluster - 1) / cluster + kSlicesDown - 1) / kSlicesDown;
+  if (tiles * cluster < 2 * p.sms && rows_per_thread > 2 * kLoads) return 0;
+  return static_cast<int>(cluster);
+}
+
+void launch_ember_columns(const Problem& p, const bf16* w, cudaStream_t st) {
+  if (const int cluster = ember_cluster(p)) return launch_cluster<8, 256, 8>(p, w, st, cluster);
+  const int64_t tiles = (p.s.n + 255) / 256;
+  const int64_t target = 4 * p.sms;
+  int64_t splits = std::max<int64_t>(1, (target + tiles - 1) / tiles);
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, p.s.k / (2 * kSlices)));
+  splits = std::min<int64_t>(splits, 65535);
+  const int64_t k_per_split = (p.s.k + splits - 1) / splits;
+  splits = (p.s.k + k_per_split - 1) / k_per_split;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
+  ember_columns_kernel<<<grid, kThreads, 0, st>>>(w, p.s.n, p.x, nullptr, p.y, p.s.n, p.s.k, k_per_split, p.accum, p.tickets);
+}
+
+// The cluster variants' split: double the cluster (<= the kernel's limit) until ~BLOCKS_PER_SM
+// blocks per SM while each thread keeps >= LOADS rows of K, and at least until each rank's x
+// range fits in shared memory.
+template <int COLS, int THREADS, int LOADS, int BLOCKS_PER_SM> void launch_cluster_variant(const Problem& p, const bf16* w, cudaStream_t st) {
+  static const int max_cluster = cluster_limit(cluster_columns_kernel<COLS, THREADS, LOADS, true>, THREADS);
+  constexpr int kSlicesDown = THREADS / COLS;
+  const int64_t tiles = (p.s.n + COLS * kVec - 1) / (COLS * kVec);
+  int cluster = 1;
+  while (cluster < max_cluster && tiles * cluster < BLOCKS_PER_SM * p.sms && p.s.k / (2 * kSlicesDown * cluster) >= LOADS) cluster *= 2;
+  while ((p.s.k + cluster - 1) / cluster > kMaxXRange) cluster *= 2;
+  if (cluster > max_cluster) {
+    std::fprintf(stderr, "K = %d needs a cluster of %d\n", p.s.k, cluster);
+    std::exit(1);
+  }
+  launch_cluster<COLS, THREADS, LOADS, true>(p, w, st, cluster);
+}
+
+// The split variant: K ranges of L * 8 rows (one batch per thread), at most 65535 splits.
+template <int L> void launch_columns_split(const Problem& p, const bf16* w, cudaStream_t st) {
+  const int tiles = (p.s.n + 255) / 256;
+  int k_per_split = L * kSlices;
+  while ((p.s.k + k_per_split - 1) / k_per_split > 65535) k_per_split *= 2;
+  // No more splits than ~8 blocks per SM need: longer ranges (several batches) beyond that.
+  while (2 * k_per_split <= kMaxXRange && static_cast<int64_t>(tiles) * ((p.s.k + 2 * k_per_split - 1) / (2 * k_per_split)) >= 8 * p.sms)
+    k_per_split *= 2;
+  const int splits = (p.s.k + k_per_split - 1) / k_per_split;
+  const dim3 grid(tiles, splits);
+  columns_split_kernel<L><<<grid, kThreads, 0, st>>>(reinterpret_cast<const uint4*>(w), p.s.n / kVec, p.x, p.y, p.s.n, p.s.k, k_per_split,
+                                                     p.accum, p.tickets);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+uint16_t bits(bf16 v) {
+  uint16_t b;
+  std::memcpy(&b, &v, 2);
+  return b;
+}
+double to_double(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+__global__ void fill_kernel(bf16* p, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 0x9E3779B1u ^ static_cast<uint32_t>(i >> 32) ^ seed;
+    h ^= h >> 15, h *= 0x85EBCA77u, h ^= h >> 13, h *= 0xC2B2AE3Du, h ^= h >> 16;
+    p[i] = __float2bfloat16_rn(static_cast<float>(h >> 8) * (2.f / 16777216.f) - 1.f);  // [-1, 1)
+  }
+}
+
+// float64 reference y for the shape (rows: W [N, K]; columns: B [K, N]).
+std::vector<double> reference(const std::vector<uint16_t>& w, const std::vector<uint16_t>& x, Shape s, bool rows) {
+  std::vector<double> xd(s.k), y(s.n, 0.0);
+  for (int k = 0; k < s.k; ++k) xd[k] = to_double(x[k]);
+  if (rows) {
+    for (int n = 0; n < s.n; ++n) {
+      const uint16_t* wr = &w[static_cast<size_t>(n) * s.k];
+      double acc = 0.0;
+      for (int k = 0; k < s.k; ++k) acc += to_double(wr[k]) * xd[k];
+      y[n] = acc;
+    }
+  } else {
+    for (int k = 0; k < s.k; ++k) {
+      const uint16_t* br = &w[static_cast<size_t>(k) * s.n];
+      for (int n = 0; n < s.n; ++n) y[n] += to_double(br[n]) * xd[k];
+    }
+  }
+  return y;
+}
+
+void run_layout(const char* layout, bool rows, const std::vector<Shape>& shapes, const std::vector<Variant>& variants, bf16* pool,
+                size_t pool_bytes, Problem base) {
+  std::printf("\n%s layout%s\n%-22s %13s %9s %8s %8s %9s\n", layout, rows ? " (W [N, K], y = W x)" : " (B [K, N], y = x B)", "variant",
+              "K x N", "us", "TB/s", "speedup", "err");
+  for (const Shape& s : shapes) {
+    Problem p = base;
+    p.s = s;
+    const size_t bytes = p.bytes();
+    p.stride = (bytes + 255) / 256 * 256 / sizeof(bf16);
+    p.copies = static_cast<int>(std::max<size_t>(2, ((size_t{400} << 20) + bytes - 1) / bytes));
+    p.copies = static_cast<int>(std::min<size_t>(p.copies, pool_bytes / (p.stride * sizeof(bf16))));
+    p.w0 = pool;
+    fill_kernel<<<4 * p.sms, 256>>>(pool, static_cast<size_t>(s.k) * s.n, 12345u + s.k * 7u + s.n);
+    fill_kernel<<<64, 256>>>(const_cast<bf16*>(p.x), s.k, 777u + s.k);
+    for (int c = 1; c < p.copies; ++c) CHECK(cudaMemcpy(pool + c * p.stride, pool, bytes, cudaMemcpyDeviceToDevice));
+    std::vector<uint16_t> w_host(static_cast<size_t>(s.k) * s.n), x_host(s.k), y_host(s.n);
+    CHECK(cudaMemcpy(w_host.data(), pool, bytes, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(x_host.data(), p.x, s.k * sizeof(bf16), cudaMemcpyDeviceToHost));
+    const std::vector<double> ref = reference(w_host, x_host, s, rows);
+    double ref_max = 0.0;
+    for (double v : ref) ref_max = std::max(ref_max, std::fabs(v));
+    float base_us = 0.f;
+    for (const Variant& v : variants) {
+      if (v.applies && !v.applies(s)) continue;
+      CHECK(cudaMemset(p.y, 0xff, s.n * sizeof(bf16)));  // NaN: a variant that skips outputs fails
+      v.launch(p, p.w(p.copies - 1), nullptr);
+      CHECK(cudaGetLastError());
+      CHECK(cudaDeviceSynchronize());
+      CHECK(cudaMemcpy(y_host.data(), p.y, s.n * sizeof(bf16), cudaMemcpyDeviceToHost));
+      double err = 0.0;
+      for (int n = 0; n < s.n; ++n) {
+        const double e = std::fabs(to_double(y_host[n]) - ref[n]);
+        err = std::isnan(e) ? INFINITY : std::max(err, e);
+      }
+      err /= ref_max;
+      const float us = time_graph(
+          [&](cudaStream_t st) {
+            for (int c = 0; c < p.copies; ++c) v.launch(p, p.w(c), st);
+          },
+          p.copies);
+      if (base_us == 0.f) base_us = us;
+      char shape[32];
+      std::snprintf(shape, sizeof shape, "%dx%d", s.k, s.n);
+      std::printf("%-22s %13s %9.2f %8.2f %7.3fx %9.1e%s\n", v.name.c_str(), shape, us, bytes / us / 1e6, base_us / us, err,
+                  err > 1e-2 ? " FAIL" : "");
+    }
+  }
+}
+
+int main() {
+  cudaDeviceProp prop{};
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("%s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  const size_t pool_bytes = size_t{4400} << 20;  // 2 copies of the largest shape (8192 x 128256: 2.1 GB)
+  bf16* pool = nullptr;
+  CHECK(cudaMalloc(&pool, pool_bytes));
+  Problem base{};
+  base.sms = prop.multiProcessorCount;
+  constexpr int kMaxK = 28672, kMaxN = 256000;
+  CHECK(cudaMalloc(const_cast<bf16**>(&base.x), kMaxK * sizeof(bf16)));
+  CHECK(cudaMalloc(&base.y, kMaxN * sizeof(bf16)));
+  CHECK(cudaMalloc(&base.accum, kMaxN * sizeof(float)));
+  CHECK(cudaMemset(base.accum, 0, kMaxN * sizeof(float)));
+  CHECK(cudaMalloc(&base.tickets, kMaxN * sizeof(unsigned)));
+  CHECK(cudaMemset(base.tickets, 0, kMaxN * sizeof(unsigned)));
+
+  for (const void* kernel : {reinterpret_cast<const void*>(rows_smem_kernel<4>), reinterpret_cast<const void*>(rows_smem_kernel<8>)})
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 << 10));
+
+  // The first variant of each layout is ember's current kernel: the speedups are against it.
+  const std::vector<Variant> row_variants = {
+      {"ember rows (G32)", launch_ember_rows},
+      {"ember rows G64", launch_ember_rows_group<64>},
+      {"unpred L4", [](const Problem& p, const bf16* w, cudaStream_t st) { launch_warp_rows(rows_unpred_kernel<4, false>, 1, p, w, st); }},
+      {"unpred L8", [](const Problem& p, const bf16* w, cudaStream_t st) { launch_warp_rows(rows_unpred_kernel<8, false>, 1, p, w, st); }},
+      {"unpred L4 noL1", [](const Problem& p, const bf16* w, cudaStream_t st) { launch_warp_rows(rows_unpred_kernel<4, true>, 1, p, w, st); }},
+      {"unpred L8 noL1", [](const Problem& p, const bf16* w, cudaStream_t st) { launch_warp_rows(rows_unpred_kernel<8, true>, 1, p, w, st); }},
+      {"pipe L4", [](const Problem& p, const bf16* w, cudaStream_t st) { launch_warp_rows(rows_pipe_kernel<4>, 1, p, w, st); }},
+      {"smem L4", launch_rows_smem<4>},
+      {"smem L8", launch_rows_smem<8>},
+      {"multi R2 L4", [](const Problem& p, const bf16* w, cudaStream_t st) { launch_warp_rows(rows_multi_kernel<2, 4, false>, 2, p, w, st); }},
+      {"multi R2 L4 noL1", [](const Problem& p, const bf16* w, cudaStream_t st) { launch_warp_rows(rows_multi_kernel<2, 4, true>, 2, p, w, st); }},
+      {"multi R4 L2 noL1", [](const Problem& p, const bf16* w, cudaStream_t st) { launch_warp_rows(rows_multi_kernel<4, 2, true>, 4, p, w, st); }},
+  };
+  const std::vector<Shape> row_shapes = {{28672, 8192}, {8192, 8192}, {3584, 14336}, {4096, 14336}, {2304, 9216}, {2304, 256000}};
+
+  const std::vector<Variant> column_variants = {
+      {"ember columns (v4/v5)", launch_ember_columns},
+      {"split L8 f4", launch_columns_split<8>},
+      {"split L4 f4", launch_columns_split<4>},
+      {"cluster C32 T256 L8", launch_cluster_variant<32, 256, 8, 4>},
+      {"cluster C32 T512 L8", launch_cluster_variant<32, 512, 8, 2>},
+      {"cluster C16 T256 L8", launch_cluster_variant<16, 256, 8, 4>},
+      {"cluster C8 T256 L8", launch_cluster_variant<8, 256, 8, 4>},
+  };
+  const std::vector<Shape> column_shapes = {{2048, 4096}, {2048, 8192}, {2048, 7168},  {2304, 2048},   {768, 2048},
+                                            {512, 2048},  {2048, 2048}, {8192, 128256}, {2304, 256000}, {4096, 128256}};
+
+  run_layout("rows", true, row_shapes, row_variants, pool, pool_bytes, base);
+  run_layout("columns", false, column_shapes, column_variants, pool, pool_bytes, base);
+  CHECK(cudaFree(pool));
+  CHECK(cudaFree(const_cast<bf16*>(base.x)));
+  CHECK(cudaFree(base.y));
+  CHECK(cudaFree(base.accum));
+  CHECK(cudaFree(base.tickets));
+  return 0;
+}
