@@ -46,7 +46,7 @@ if has build; then
 fi
 if has tests; then
   stamp tests
-  ./build-gpu/tests/ember_tests --gtest_brief=1 > "$out/tests.log" 2>&1
+  ./build-gpu/tests/ember_tests --gtest_brief=1 --gtest_filter="${TEST_FILTER:-*}" > "$out/tests.log" 2>&1  # TEST_FILTER: a subset
   echo "tests rc=$?"; grep -E "^\[  (FAILED|PASSED|SKIPPED) |tests ran|FAILED TEST" "$out/tests.log" | tail -40
   ./build-gpu/tools/ember info
 fi
@@ -119,7 +119,8 @@ fi
 if has profile-moe; then
   # Per-kernel durations of the decode MoE layer (Qwen3-30B-A3B shapes, T=1) at normal clocks.
   stamp "profile moe"
-  ncu --clock-control none --kernel-name regex:"decode|route|permute|gemv|rows_kernel" --launch-skip 40 --launch-count 24 \
+  # PROFILE_KERNELS / PROFILE_SKIP pick other kernels (e.g. "E4m3" and 10: the FP8 decode kernels).
+  ncu --clock-control none --kernel-name regex:"${PROFILE_KERNELS:-decode|route|permute|gemv|rows_kernel}" --launch-skip ${PROFILE_SKIP:-40} --launch-count 24 \
     ./build-gpu/bench/moe_bench 1 2>&1 | grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput" | head -120 > "$out/profile.txt"
   head -60 "$out/profile.txt"
 fi

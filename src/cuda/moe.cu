@@ -476,17 +476,16 @@ constexpr int kDecodeThreads = 256, kDecodeWarps = kDecodeThreads / 32;
 // 16-byte loads in flight per lane and weight row: 2 for 16-bit weights, 4 for FP8 (8-byte
 // loads), 1 for f32 (32-byte loads).
 template <class WT> constexpr int kRowLoads = sizeof(WT) == 1 ? 4 : (sizeof(WT) == 2 ? 2 : 1);
-constexpr int kMaxDecodeTopK = 32;  // the down kernel keeps a token's pairs in shared memory
-// Dynamic shared memory of a decode kernel (a row of x, or a token's rows of h), below the 48 KB
-// a launch gets without opting in, leaving room for the static arrays.
+// Dynamic shared memory of the gate_up kernel (a row of x), below the 48 KB a launch gets
+// without opting in.
 constexpr size_t kDecodeSmemMax = 46 * 1024;
 
 // The block copies n elements from global to shared memory (16-byte aligned rows), 8 at a time:
 // the compute loops then read activations with shared loads instead of a chain of dependent
 // L2 round trips (v3 read x and h straight from global memory inside each batch).
 template <class T> __device__ void stage_row(const T* src, T* dst, int64_t n) {
-  // One load per iteration: unrolling four (loads before stores) pushed the down kernel to 128
-  // registers with spills (2: 161 registers), 1 leaves it at 111 (ptxas, sm_90a).
+  // One load per iteration: unrolling four (loads before stores) pushed v3's down kernel, which
+  // staged h with it, to 128 registers with spills (2: 161 registers), 1 left it at 111.
   const int64_t chunks = n / 8;
   for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) *reinterpret_cast<gmm::Raw8<T>*>(dst + c * 8) = gmm::load_raw8(src + c * 8);
   for (int64_t i = chunks * 8 + threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
@@ -499,21 +498,58 @@ __device__ __forceinline__ void gate_up_channel(const T* x, const WT* g_row, con
                                                 const WeightScale& us, int64_t e, int64_t i, T* h_out) {
   constexpr int L = kRowLoads<WT>;
   const int lane = threadIdx.x % 32;
-  const int64_t chunks = hidden / 8;
-  const bool blocks = gs.kind == WeightScale::Block128;
+  // Under the 40-register cap, v3.3's SASS issues the second pair of row loads only after the
+  // first pair is consumed (bf16: 2 of its 4 loads in flight; FP8: 2, then 6 of 8). Here: 32-bit
+  // chunk indices, block scales only for FP8 weights (the only ones that have them) as a row
+  // pointer and a stride, and whole batches without predicates: the SASS now issues all 2 * L
+  // loads of a batch before the first use (bf16 no spill in the loop; FP8 spills scale state to
+  // local memory inside it). Not measured yet.
+  const int chunks = static_cast<int>(hidden / 8);
+  const bool blocks = sizeof(WT) == 1 && gs.kind == WeightScale::Block128;
+  // This row's block scales (one per 128 columns) as two pointers and two strides: the whole
+  // WeightScale pair kept live through the loop spilled to local memory (SASS, FP8 weights).
+  const float* g_scales = blocks ? gs.ptr + gmm::block_scale_offset(e, i, 0, gs.s0, gs.s1, gs.s2) : nullptr;
+  const float* u_scales = blocks ? us.ptr + gmm::block_scale_offset(e, i, 0, us.s0, us.s1, us.s2) : nullptr;
+  const int64_t g_step = gs.s2, u_step = us.s2;
   float g = 0.f, u = 0.f;
-  for (int64_t c0 = lane; c0 < chunks; c0 += L * 32) {
+  // Whole batches of L chunks per lane first (no predicates, so every load of a batch is issued
+  // before the first is used), then one predicated batch for the rest.
+  const int batched = chunks / (L * 32) * (L * 32);
+  for (int c0 = lane; c0 < batched; c0 += L * 32) {
     gmm::Raw8<WT> gr[L], ur[L];
 #pragma unroll
     for (int l = 0; l < L; ++l) {
-      const int64_t c = c0 + l * 32;
+      gr[l] = gmm::load_raw8(g_row + (c0 + l * 32) * 8);
+      ur[l] = gmm::load_raw8(u_row + (c0 + l * 32) * 8);
+    }
+#pragma unroll
+    for (int l = 0; l < L; ++l) {
+      const int c = c0 + l * 32;
+      float gf[8], uf[8], xf[8];
+      load8(x + c * 8, xf);  // x is in shared memory
+      gmm::unpack8(gr[l], gf);
+      gmm::unpack8(ur[l], uf);
+      float dg = gmm::dot8(xf, gf, 0.f), du = gmm::dot8(xf, uf, 0.f);
+      if (blocks) {
+        dg *= g_scales[c / (gmm::kScaleBlock / 8) * g_step];
+        du *= u_scales[c / (gmm::kScaleBlock / 8) * u_step];
+      }
+      g += dg;
+      u += du;
+    }
+  }
+  for (int c0 = batched + lane; c0 < chunks; c0 += L * 32) {
+    gmm::Raw8<WT> gr[L], ur[L];
+#pragma unroll
+    for (int l = 0; l < L; ++l) {
+      const int c = c0 + l * 32;
       const bool in = c < chunks;
       gr[l] = in ? gmm::load_raw8(g_row + c * 8) : gmm::Raw8<WT>{};
       ur[l] = in ? gmm::load_raw8(u_row + c * 8) : gmm::Raw8<WT>{};
     }
 #pragma unroll
     for (int l = 0; l < L; ++l) {
-      const int64_t c = c0 + l * 32;
+      const int c = c0 + l * 32;
       if (c >= chunks) break;
       float gf[8], uf[8], xf[8];
       load8(x + c * 8, xf);  // x is in shared memory
@@ -521,14 +557,14 @@ __device__ __forceinline__ void gate_up_channel(const T* x, const WT* g_row, con
       gmm::unpack8(ur[l], uf);
       float dg = gmm::dot8(xf, gf, 0.f), du = gmm::dot8(xf, uf, 0.f);
       if (blocks) {
-        dg *= block_scale(gs, e, i, c * 8);
-        du *= block_scale(us, e, i, c * 8);
+        dg *= g_scales[c / (gmm::kScaleBlock / 8) * g_step];
+        du *= u_scales[c / (gmm::kScaleBlock / 8) * u_step];
       }
       g += dg;
       u += du;
     }
   }
-  for (int64_t kk = chunks * 8 + lane; kk < hidden; kk += 32) {
+  for (int64_t kk = int64_t{chunks} * 8 + lane; kk < hidden; kk += 32) {
     const float xv = to_f(x[kk]);
     g = fmaf(xv, to_f(g_row[kk]) * block_scale(gs, e, i, kk), g);
     u = fmaf(xv, to_f(u_row[kk]) * block_scale(us, e, i, kk), u);
@@ -544,7 +580,6 @@ template <class T, class WT>
 __global__ void __launch_bounds__(kDecodeThreads, 6) gate_up_decode_kernel(DecodeArgs a) {
   extern __shared__ __align__(16) unsigned char decode_smem[];
   T* x = reinterpret_cast<T*>(decode_smem);  // [hidden]: the slot's token row of x
-  dependents_may_launch();  // the down kernel's blocks may start (and wait) while this runs
   const int64_t pairs = a.tokens * a.k;
   int64_t slot = blockIdx.y;
   const auto stage_x = [&] { stage_row(static_cast<const T*>(a.x) + (slot < pairs ? slot / a.k : slot - pairs) * a.x_ts, x, a.hidden); };
@@ -554,6 +589,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 6) gate_up_decode_kernel(Decod
   // the later ones read its rows from L2 (v3.2 read a shared expert's rows once per pair).
   if (!a.order) stage_x();
   wait_for_previous_kernel();
+  // The down kernel's blocks may start now: they read the router's outputs before their own wait.
+  dependents_may_launch();
   if (a.order) {
     if (slot < pairs) slot = a.order[slot];
     stage_x();
@@ -575,97 +612,109 @@ __global__ void __launch_bounds__(kDecodeThreads, 6) gate_up_decode_kernel(Decod
   }
 }
 
-// One warp per output channel n: sum over the token's pairs j of weights[j] * (down_e[n] . h_j),
-// plus the shared expert. The lane's work is the flattened (pair, chunk) list; it computes a
-// batch of 8 addresses (4 for f32) from the pairs' experts (kept in shared memory) and issues
-// all their weight loads before converting any. The token's rows of h (k x I, plus the shared
-// expert's) are staged in shared memory first.
-template <class T, class WT>
-__global__ void __launch_bounds__(kDecodeThreads) down_decode_kernel(DecodeArgs a) {
-  constexpr int L = sizeof(WT) == 4 ? 4 : 8;
-  extern __shared__ __align__(16) unsigned char decode_smem[];
-  T* h_t = reinterpret_cast<T*>(decode_smem);  // [k (+ 1 shared), h_rs]
-  __shared__ float pair_weight[kMaxDecodeTopK];
-  __shared__ int64_t pair_expert[kMaxDecodeTopK];
-  wait_for_previous_kernel();  // h comes from gate_up (and ids, weights from the router before it)
+// Down: block (g, t) computes outputs n0 = g * O .. n0 + O - 1 of token t. Warp w takes the
+// token's pairs w, w + warps, ... (the shared expert is pair k); for each it streams the O down
+// rows (consecutive in memory) and dots them with the pair's row of h. A lane issues all O * L
+// weight loads of a batch, then the batch's L loads of h (shared by the O rows; from L2), before
+// using any. The router's outputs (ids, weights, the shared gate) and the weights are inputs of
+// gate_up too, so a warp issues its first batch of weight loads before waiting for gate_up (which
+// triggers its dependents only after its own wait for the router): the first reads overlap
+// gate_up's tail, and only h waits. The block adds the warps' sums in shared memory.
+// (v3.3 had one warp per output walk all of its pairs, experts looked up in shared memory: ptxas
+// gave it 32 registers and a few loads in flight per lane, 13 us for 25 MB in bench/moe_probe.cu
+// against 8 us for one warp per row.)
+constexpr int kDownMaxWarps = 16;
+template <class WT> constexpr int kDownLoads = sizeof(WT) == 4 ? 2 : 3;    // chunks per row and batch
+template <class WT> constexpr int kDownOutputs = 2;  // rows per warp (O)
+
+// dots[i] = sum over row i (i < valid_rows <= O, `rows_rs` apart from w) of w . h, `len`
+// elements, times the row's 128-element block scales when `block_scales` is given (one per 128
+// elements, `scale_step` apart; the O rows share them: O divides 128). When `wait`, waits for the
+// previous kernel (h's writer) after issuing the first batch of weight loads.
+template <int O, class T, class WT>
+__device__ __forceinline__ void down_rows(const WT* w, int64_t rows_rs, int valid_rows, const T* h, int64_t len, const float* block_scales,
+                                          int64_t scale_step, bool wait, float (&dots)[O]) {
+  constexpr int L = kDownLoads<WT>;
   const int lane = threadIdx.x % 32;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * kDecodeWarps + threadIdx.x / 32;
-  const int chunks = static_cast<int>(a.inter / 8);
-  const int64_t pairs = a.tokens * a.k;
-  const bool blocks = a.down_scale.kind == WeightScale::Block128;
-  const int work = a.k * chunks;
-  for (int64_t t = 0; t < a.tokens; ++t) {
-    __syncthreads();  // the previous token's pair table is no longer read
-    for (int j = threadIdx.x; j < a.k; j += kDecodeThreads) {
-      const int64_t e = a.ids[t * a.k + j];
-      pair_expert[j] = e;
-      pair_weight[j] = a.weights[t * a.k + j];
-    }
-    stage_row(static_cast<const T*>(a.h) + t * a.k * a.h_rs, h_t, a.k * a.h_rs);  // the k rows are adjacent
-    if (a.shared) stage_row(static_cast<const T*>(a.h) + (pairs + t) * a.h_rs, h_t + a.k * a.h_rs, a.s_inter);
-    __syncthreads();
-    if (n >= a.hidden) continue;
-    // Row n of every expert's down matrix; expert e's is at e * d_es from it (an offset from the
-    // kernel argument keeps the loads global ones; a pointer kept in shared memory made them generic).
-    const WT* down_n = static_cast<const WT*>(a.down) + n * a.d_rs;
-    float acc = 0.f;
-    int j = chunks > 0 ? lane / chunks : 0, c = chunks > 0 ? lane - j * chunks : 0;
-    for (int idx0 = lane; idx0 < work; idx0 += L * 32) {
-      gmm::Raw8<WT> wr[L];
-      int jj[L], cc[L];
+  const int chunks = static_cast<int>(len / 8);
 #pragma unroll
-      for (int l = 0; l < L; ++l) {  // addresses first (no memory dependence), then the loads
-        jj[l] = j;
-        cc[l] = c;
-        for (c += 32; c >= chunks; c -= chunks) ++j;
-      }
+  for (int i = 0; i < O; ++i) dots[i] = 0.f;
+  for (int c0 = lane; c0 < chunks; c0 += L * 32) {
+    gmm::Raw8<WT> wr[O][L];
+    gmm::Raw8<T> hr[L];
+#pragma unroll
+    for (int i = 0; i < O; ++i)
 #pragma unroll
       for (int l = 0; l < L; ++l)
-        wr[l] = idx0 + l * 32 < work ? gmm::load_raw8(down_n + pair_expert[jj[l]] * a.d_es + cc[l] * 8) : gmm::Raw8<WT>{};
+        wr[i][l] = i < valid_rows && c0 + l * 32 < chunks ? gmm::load_raw8(w + i * rows_rs + (c0 + l * 32) * 8) : gmm::Raw8<WT>{};
+    if (wait && c0 == lane) wait_for_previous_kernel();
 #pragma unroll
-      for (int l = 0; l < L; ++l) {
-        if (idx0 + l * 32 >= work) break;
-        float wf[8], hf[8];
-        gmm::unpack8(wr[l], wf);
-        load8(h_t + jj[l] * a.h_rs + cc[l] * 8, hf);
-        const float d = gmm::dot8(wf, hf, 0.f);
-        const int64_t e = pair_expert[jj[l]];
-        const float s = pair_weight[jj[l]] * column_scale(a.down_scale, e, n) *
-                        (blocks ? block_scale(a.down_scale, e, n, cc[l] * 8) : 1.f);
-        acc = fmaf(d, s, acc);
+    for (int l = 0; l < L; ++l) hr[l] = c0 + l * 32 < chunks ? gmm::load_raw8(h + (c0 + l * 32) * 8) : gmm::Raw8<T>{};
+#pragma unroll
+    for (int l = 0; l < L; ++l) {
+      const int c = c0 + l * 32;
+      if (c >= chunks) break;
+      float hf[8];
+      gmm::unpack8(hr[l], hf);
+      const float scale = block_scales ? block_scales[c / (gmm::kScaleBlock / 8) * scale_step] : 1.f;
+#pragma unroll
+      for (int i = 0; i < O; ++i) {
+        float wf[8];
+        gmm::unpack8(wr[i][l], wf);
+        dots[i] = fmaf(gmm::dot8(wf, hf, 0.f), scale, dots[i]);
       }
     }
-    for (int jt = 0; jt < a.k && chunks * 8 < a.inter; ++jt) {  // the tail of I % 8 elements
-      const int64_t e = pair_expert[jt];
-      const WT* w = down_n + e * a.d_es;
-      const T* hr = h_t + jt * a.h_rs;
-      float d = 0.f;
-      for (int64_t kk = chunks * 8 + lane; kk < a.inter; kk += 32) d = fmaf(to_f(w[kk]) * block_scale(a.down_scale, e, n, kk), to_f(hr[kk]), d);
-      acc = fmaf(d, pair_weight[jt] * column_scale(a.down_scale, e, n), acc);
-    }
-    if (a.shared) {
-      const T* w = static_cast<const T*>(a.s_down) + n * a.sd_rs;
-      const T* hr = h_t + a.k * a.h_rs;
-      const int64_t s_chunks = a.s_inter / 8;
-      float d = 0.f;
-      for (int64_t c0 = lane; c0 < s_chunks; c0 += 2 * 32) {
-        gmm::Raw8<T> wr[2];
+  }
+  if (wait && chunks <= lane) wait_for_previous_kernel();  // the loop above did not run for this lane
+#pragma unroll 1  // the len % 8 tail (none for the models' sizes): unrolled, it took ~60 registers
+  for (int64_t kk = int64_t{chunks} * 8 + lane; kk < len; kk += 32) {
+    const float hv = to_f(h[kk]), scale = block_scales ? block_scales[kk / gmm::kScaleBlock * scale_step] : 1.f;
 #pragma unroll
-        for (int l = 0; l < 2; ++l) wr[l] = c0 + l * 32 < s_chunks ? gmm::load_raw8(w + (c0 + l * 32) * 8) : gmm::Raw8<T>{};
+    for (int i = 0; i < O; ++i)
+      if (i < valid_rows) dots[i] = fmaf(to_f(w[i * rows_rs + kk]) * scale, hv, dots[i]);
+  }
+}
+
+template <class T, class WT>
+__global__ void __launch_bounds__(kDownMaxWarps * 32, 2) down_decode_kernel(DecodeArgs a) {
+  constexpr int O = kDownOutputs<WT>;
+  __shared__ float partial[kDownMaxWarps][O];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * O, t = blockIdx.y, pairs = a.tokens * a.k;
+  const int valid = static_cast<int>(min(int64_t{O}, a.hidden - n0));
+  float acc[O] = {}, dots[O];
+  for (int j = warp; j < a.k + (a.shared ? 1 : 0); j += warps) {
+    const bool first = j == warp;
+    if (j < a.k) {
+      // ids and weights were final before gate_up's blocks triggered this launch; L2 loads
+      // (__ldcg) so that no earlier layer's values can come from this SM's L1.
+      const int64_t pair = t * a.k + j, e = __ldcg(a.ids + pair);
+      const WeightScale& ds = a.down_scale;
+      const bool blocks = ds.kind == WeightScale::Block128;
+      const float* scales = blocks ? ds.ptr + gmm::block_scale_offset(e, n0, 0, ds.s0, ds.s1, ds.s2) : nullptr;
+      down_rows<O>(static_cast<const WT*>(a.down) + e * a.d_es + n0 * a.d_rs, a.d_rs, valid, static_cast<const T*>(a.h) + pair * a.h_rs,
+                   a.inter, scales, ds.s2, first, dots);
+      const float weight = __ldcg(a.weights + pair);
 #pragma unroll
-        for (int l = 0; l < 2; ++l) {
-          if (c0 + l * 32 >= s_chunks) break;
-          float wf[8], hf[8];
-          gmm::unpack8(wr[l], wf);
-          load8(hr + (c0 + l * 32) * 8, hf);
-          d = gmm::dot8(wf, hf, d);
-        }
-      }
-      for (int64_t kk = s_chunks * 8 + lane; kk < a.s_inter; kk += 32) d = fmaf(to_f(w[kk]), to_f(hr[kk]), d);
-      acc = fmaf(d, a.sg ? a.sg[t] : 1.f, acc);
+      for (int i = 0; i < O; ++i) acc[i] = fmaf(dots[i], weight * column_scale(ds, e, n0 + i), acc[i]);
+    } else {  // the shared expert
+      down_rows<O>(static_cast<const T*>(a.s_down) + n0 * a.sd_rs, a.sd_rs, valid, static_cast<const T*>(a.h) + (pairs + t) * a.h_rs,
+                   a.s_inter, static_cast<const float*>(nullptr), 0, first, dots);
+      const float gate = a.sg ? __ldcg(a.sg + t) : 1.f;
+#pragma unroll
+      for (int i = 0; i < O; ++i) acc[i] = fmaf(dots[i], gate, acc[i]);
     }
-    acc = warp_sum(acc);
-    if (lane == 0) static_cast<T*>(a.out)[t * a.o_ts + n] = from_f<T>(acc);
+  }
+#pragma unroll
+  for (int i = 0; i < O; ++i) {
+    const float v = warp_sum(acc[i]);
+    if (lane == 0) partial[warp][i] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x < valid) {
+    float sum = 0.f;
+    for (int w = 0; w < warps; ++w) sum += partial[w][threadIdx.x];
+    static_cast<T*>(a.out)[t * a.o_ts + n0 + threadIdx.x] = from_f<T>(sum);
   }
 }
 
@@ -837,11 +886,10 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
   const Tensor s_gate = shared ? options.shared->gate_up.narrow(0, 0, s_inter) : Tensor();
   const Tensor s_up = shared ? options.shared->gate_up.narrow(0, s_inter, s_inter) : Tensor();
   const bool fp8 = experts.gate.dtype() == kFloat8_e4m3fn;
-  // The decode kernels stage a token's row of x (gate_up) and its rows of h (down) in shared memory.
+  // The gate_up kernel stages a token's row of x in shared memory; h's rows are 16-byte aligned.
   const int64_t h_rs = round8(std::max(inter, s_inter));
   const auto x_row_bytes = static_cast<size_t>(hidden) * x.itemsize();
-  const auto h_rows_bytes = static_cast<size_t>((k + (shared ? 1 : 0)) * h_rs) * x.itemsize();
-  const bool decode_fits = pairs <= kMaxDecodePairs && k <= kMaxDecodeTopK && x_row_bytes <= kDecodeSmemMax && h_rows_bytes <= kDecodeSmemMax &&
+  const bool decode_fits = pairs <= kMaxDecodePairs && x_row_bytes <= kDecodeSmemMax &&
                       rows_aligned(x, x.stride(0)) && rows_aligned(router_weight, router_weight.stride(0)) &&
                       rows_aligned(experts.gate, experts.gate.stride(1)) &&
                       rows_aligned(experts.up, experts.up.stride(1)) && rows_aligned(experts.down, experts.down.stride(1)) &&
@@ -852,9 +900,9 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
 
   const MoePath forced = forced_moe_path();
   EMBER_CHECK(forced != MoePath::Decode || decode_fits, "moe_layer",
-              "EMBER_MOE_PATH=decode: expected at most {} (token, expert) pairs, top_k <= {}, 16-byte aligned rows and a "
-              "row of x and a token's rows of h of at most {} bytes each, got {} pairs, top_k {}, {} and {} bytes",
-              kMaxDecodePairs, kMaxDecodeTopK, kDecodeSmemMax, pairs, k, x_row_bytes, h_rows_bytes);
+              "EMBER_MOE_PATH=decode: expected at most {} (token, expert) pairs, 16-byte aligned rows and a row of x "
+              "of at most {} bytes, got {} pairs and {} bytes",
+              kMaxDecodePairs, kDecodeSmemMax, pairs, x_row_bytes);
   // The decode kernels read one expert matrix per (token, expert) pair, the grouped path one
   // per distinct expert: once pairs outnumber the experts, reuse wins. Measured on the H200
   // (docs/PERF.md, both paths forced): LFM2-8B (E = 32, top-4) at T = 16 grouped 230 us vs
@@ -919,17 +967,18 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
     a.h = h.raw_data(); a.h_rs = h.stride(0);
     a.out = out.raw_data(); a.o_ts = out.stride(0);
     const dim3 gu_grid(static_cast<unsigned>((std::max(inter, s_inter) + kDecodeWarps - 1) / kDecodeWarps), static_cast<unsigned>(slots));
-    const auto down_blocks = static_cast<unsigned>((hidden + kDecodeWarps - 1) / kDecodeWarps);
+    const auto down_threads = static_cast<unsigned>(32 * std::min<int64_t>(k + (shared ? 1 : 0), kDownMaxWarps));
+    const auto down_grid = [&](int outputs) { return dim3(static_cast<unsigned>((hidden + outputs - 1) / outputs), static_cast<unsigned>(t)); };
     const bool pdl = fast_paths_enabled(device, 90);
     with_float(x.dtype(), [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       if constexpr (!std::is_same_v<T, double>) {
         if (fp8) {
           launch_dependent(gate_up_decode_kernel<T, E4m3>, gu_grid, kDecodeThreads, x_row_bytes, stream, pdl, a);
-          launch_dependent(down_decode_kernel<T, E4m3>, down_blocks, kDecodeThreads, h_rows_bytes, stream, pdl, a);
+          launch_dependent(down_decode_kernel<T, E4m3>, down_grid(kDownOutputs<E4m3>), down_threads, 0, stream, pdl, a);
         } else {
           launch_dependent(gate_up_decode_kernel<T, T>, gu_grid, kDecodeThreads, x_row_bytes, stream, pdl, a);
-          launch_dependent(down_decode_kernel<T, T>, down_blocks, kDecodeThreads, h_rows_bytes, stream, pdl, a);
+          launch_dependent(down_decode_kernel<T, T>, down_grid(kDownOutputs<T>), down_threads, 0, stream, pdl, a);
         }
       }
     });

@@ -357,6 +357,9 @@ EMBER_PARITY_CASE(moe_layer_experts_t16_top8_of_8_bf16_shared, {
 EMBER_PARITY_CASE(moe_layer_experts_t16_top4_of_8_bf16_i100, {  // I % 8 = 4, down rows padded to 104
   return layer_case(d, forced_decode(with_down_pad(config(16, 256, 8, 100, 4), 4)), 67);
 });
+EMBER_PARITY_CASE(moe_layer_experts_t2_top20_of_32_bf16_shared, {  // 21 rows per output: more than the down kernel's 16 warps
+  return layer_case(d, forced_decode(with_shared(config(2, 256, 32, 64, 20))), 80);
+});
 EMBER_PARITY_CASE(moe_layer_experts_t16_top4_of_8_fp8_block, { return layer_case(d, forced_decode(with_fp8(config(16, 256, 8, 128, 4))), 68); });
 EMBER_PARITY_CASE(moe_layer_experts_t5_top8_of_128_fp8_block_i100_shared, {  // FP8 down rows padded to 112
   return layer_case(d, with_shared(with_down_pad(split_fp8(config(5, 256, 128, 100, 8)), 12)), 69);
