@@ -97,26 +97,42 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ w,
   if (row < n_rows) {
     const T* wr = w + row * ldw;
     if constexpr (VEC) {
+      // Whole batches (kLoads 16-byte weight loads for every thread of the group) run without
+      // predicates: one pointer plus immediate offsets, all kLoads loads issued before the first
+      // use. The last, partial batch is predicated per load, so short rows keep their loads in
+      // flight too.
+      constexpr int kBatch = kLoads * GROUP;
       const int64_t n_vec = k / kVec<T>;
-      const auto* wv = reinterpret_cast<const Vec<T>*>(wr);
-      // kLoads independent 16-byte weight loads in flight per thread before the first use; the
-      // tail is predicated rather than a scalar loop, so short rows keep them in flight too.
-      for (int64_t i0 = lane; i0 < n_vec; i0 += kLoads * GROUP) {
+      const auto* wv = reinterpret_cast<const Vec<T>*>(wr) + lane;
+      const Vec<T>* xv[MROWS];
+#pragma unroll
+      for (int m = 0; m < MROWS; ++m) xv[m] = reinterpret_cast<const Vec<T>*>(x + m * ldx) + lane;
+      int64_t i0 = 0;
+      for (; i0 + kBatch <= n_vec; i0 += kBatch) {
         Vec<T> wq[kLoads];
 #pragma unroll
-        for (int u = 0; u < kLoads; ++u) {
-          const int64_t i = i0 + u * GROUP;
-          wq[u] = i < n_vec ? wv[i] : Vec<T>{};
-        }
+        for (int u = 0; u < kLoads; ++u) wq[u] = wv[i0 + u * GROUP];
 #pragma unroll
-        for (int m = 0; m < MROWS; ++m) {
-          const auto* xv = reinterpret_cast<const Vec<T>*>(x + m * ldx);
+        for (int m = 0; m < MROWS; ++m)
 #pragma unroll
           for (int u = 0; u < kLoads; ++u) {
-            const int64_t i = i0 + u * GROUP;
-            acc[m] = dot16(wq[u], i < n_vec ? xv[i] : Vec<T>{}, acc[m]);
+            const Vec<T> xq = xv[m][i0 + u * GROUP];  // by value: one 16-byte load, not 2-byte ones
+            acc[m] = dot16(wq[u], xq, acc[m]);
           }
-        }
+      }
+      if (i0 < n_vec) {
+        const int64_t left = n_vec - i0 - lane;  // this thread's loads u * GROUP < left are in the row
+        Vec<T> wq[kLoads];
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) wq[u] = u * GROUP < left ? wv[i0 + u * GROUP] : Vec<T>{};
+#pragma unroll
+        for (int m = 0; m < MROWS; ++m)
+#pragma unroll
+          for (int u = 0; u < kLoads; ++u)
+            if (u * GROUP < left) {
+              const Vec<T> xq = xv[m][i0 + u * GROUP];
+              acc[m] = dot16(wq[u], xq, acc[m]);
+            }
       }
     } else {
       for (int64_t i = lane; i < k; i += GROUP) {
