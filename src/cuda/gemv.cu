@@ -17,7 +17,7 @@
 //                  wider variant: 16 threads x 16 bytes across a tile, each block's range of x
 //                  staged in shared memory, K split only as far as that range needs.
 //   columns_kernel the same layout below sm_90 (and with EMBER_DISABLE_FAST_PATHS=1), and on
-//                  sm_90 for N > 1024 with more than ~3.7M elements (measured faster there) and
+//                  sm_90 for 1024 < N < 100000 with more than ~3.7M elements (measured faster there) and
 //                  for long K with few column tiles (one cluster per tile would leave most SMs
 //                  idle). 32 threads across a tile, 8 slices per block; when the grid of
 //                  tiles is too small to fill the GPU, K is also split over blocks (gridDim.y);
