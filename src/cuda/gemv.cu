@@ -13,9 +13,11 @@
 //                  cluster's 1..16 blocks split K; slices are summed in shared memory, then the
 //                  blocks' tile sums through distributed shared memory, and each block writes its
 //                  share of the tile's y: no workspace, no atomics, and a small shape costs
-//                  one round trip to HBM plus a cluster barrier.
+//                  one round trip to HBM plus a cluster barrier. For N >= 100000 (lm_head) a
+//                  wider variant: 16 threads x 16 bytes across a tile, each block's range of x
+//                  staged in shared memory, K split only as far as that range needs.
 //   columns_kernel the same layout below sm_90 (and with EMBER_DISABLE_FAST_PATHS=1), and on
-//                  sm_90 for N > 1024 with more than ~3.7M elements (measured faster there) and
+//                  sm_90 for 1024 < N < 100000 with more than ~3.7M elements (measured faster there) and
 //                  for long K with few column tiles (one cluster per tile would leave most SMs
 //                  idle). 32 threads across a tile, 8 slices per block; when the grid of
 //                  tiles is too small to fill the GPU, K is also split over blocks (gridDim.y);
@@ -46,12 +48,26 @@
 //      loads in flight per thread. Its rounding is the same every run. v4's kernel remains below
 //      sm_90 and for long K with few tiles. Measured at 11ca45d: faster than v4 where N <= 1024
 //      or K x N <= ~3.7M (up to 1.37x: 2048x512 5.67 -> 4.13 us), slower above (4096x4096 11.6
-//      -> 17.3 us), so it takes only those shapes. (this)
+//      -> 17.3 us), so it takes only those shapes.
 //   v5 rows (rejected, measured at 11ca45d): for one input row and W >= 24 MB, rows streamed into
 //      shared memory by bulk copies (cp.async.bulk), up to 4 stages of 64 KB, one block per SM:
 //      slower on every shape it took (2048x151936 205 vs 140 us, 2304x256000 416 vs 302 us,
 //      8192x8192 the same 38 us): one block per SM consuming a stage between refills kept fewer
 //      bytes in flight than v4's many warps of register loads.
+//   v6 (bench/gemv_probe.cu, H200, 2026-11-30) rows: whole batches of 16-byte loads run without
+//      predicates (one pointer plus immediate offsets), then one predicated tail batch; v2..v5
+//      predicated every load. Probe "unpred L4" vs v5 at the host's G32: 28672x8192 134.8 ->
+//      108.7 us, 8192x8192 38.5 -> 33.5, 3584x14336 29.9 -> 25.4, 4096x14336 32.4 -> 30.4,
+//      2304x9216 14.5 -> 13.1, 2304x256000 304 -> 261 (~4.0-4.5 TB/s). v5 at G64 beat G32 on
+//      28672x8192 (115) and 8192x8192 (35.5) but lost on 2304x9216 and 2304x256000, and unpred L4
+//      at G32 beats both, so the host's group rule stays. columns, N >= 100000: the wide cluster
+//      kernel ("cluster C16 T256 L8"): 8192x128256 510 -> 476 us, 4096x128256 258 -> 242,
+//      2304x256000 287 -> 270; C8 with x staged won only 2048x2048 (5.64 -> 5.11) and lost
+//      2304x2048 (6.12 -> 6.80), so no rule takes it. Did not win: software-pipelined rows (pipe
+//      L4, 4 loads in flight, never 8), x in shared memory for rows (smem L4/L8), several rows
+//      per warp (multi R2/R4: at best 2304x9216 12.1 us, a shape-specific gain), columns split-K
+//      with one batch per block and float4 atomics (+-2%), cluster tiles of 512 threads (slower
+//      everywhere: fewer blocks in flight). (this)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -97,26 +113,42 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ w,
   if (row < n_rows) {
     const T* wr = w + row * ldw;
     if constexpr (VEC) {
+      // Whole batches (kLoads 16-byte weight loads for every thread of the group) run without
+      // predicates: one pointer plus immediate offsets, all kLoads loads issued before the first
+      // use. The last, partial batch is predicated per load, so short rows keep their loads in
+      // flight too.
+      constexpr int kBatch = kLoads * GROUP;
       const int64_t n_vec = k / kVec<T>;
-      const auto* wv = reinterpret_cast<const Vec<T>*>(wr);
-      // kLoads independent 16-byte weight loads in flight per thread before the first use; the
-      // tail is predicated rather than a scalar loop, so short rows keep them in flight too.
-      for (int64_t i0 = lane; i0 < n_vec; i0 += kLoads * GROUP) {
+      const auto* wv = reinterpret_cast<const Vec<T>*>(wr) + lane;
+      const Vec<T>* xv[MROWS];
+#pragma unroll
+      for (int m = 0; m < MROWS; ++m) xv[m] = reinterpret_cast<const Vec<T>*>(x + m * ldx) + lane;
+      int64_t i0 = 0;
+      for (; i0 + kBatch <= n_vec; i0 += kBatch) {
         Vec<T> wq[kLoads];
 #pragma unroll
-        for (int u = 0; u < kLoads; ++u) {
-          const int64_t i = i0 + u * GROUP;
-          wq[u] = i < n_vec ? wv[i] : Vec<T>{};
-        }
+        for (int u = 0; u < kLoads; ++u) wq[u] = wv[i0 + u * GROUP];
 #pragma unroll
-        for (int m = 0; m < MROWS; ++m) {
-          const auto* xv = reinterpret_cast<const Vec<T>*>(x + m * ldx);
+        for (int m = 0; m < MROWS; ++m)
 #pragma unroll
           for (int u = 0; u < kLoads; ++u) {
-            const int64_t i = i0 + u * GROUP;
-            acc[m] = dot16(wq[u], i < n_vec ? xv[i] : Vec<T>{}, acc[m]);
+            const Vec<T> xq = xv[m][i0 + u * GROUP];  // by value: one 16-byte load, not 2-byte ones
+            acc[m] = dot16(wq[u], xq, acc[m]);
           }
-        }
+      }
+      if (i0 < n_vec) {
+        const int64_t left = n_vec - i0 - lane;  // this thread's loads u * GROUP < left are in the row
+        Vec<T> wq[kLoads];
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) wq[u] = u * GROUP < left ? wv[i0 + u * GROUP] : Vec<T>{};
+#pragma unroll
+        for (int m = 0; m < MROWS; ++m)
+#pragma unroll
+          for (int u = 0; u < kLoads; ++u)
+            if (u * GROUP < left) {
+              const Vec<T> xq = xv[m][i0 + u * GROUP];
+              acc[m] = dot16(wq[u], xq, acc[m]);
+            }
       }
     } else {
       for (int64_t i = lane; i < k; i += GROUP) {
@@ -243,28 +275,35 @@ __global__ void __launch_bounds__(kThreads) columns_kernel(const T* __restrict__
 // The cluster columns kernel's tile: each thread owns kWidth consecutive outputs (16 bytes, or
 // one output on the scalar path), kColThreads threads span a tile of kCols outputs and kSlices
 // slices of K go down the block. Narrow vector tiles (8 threads x 16 bytes) make more tiles, so
-// small N still spreads over many SMs.
-template <class T, bool VEC> struct ClusterTile {
+// small N still spreads over many SMs; the large-N kernel's are 16 threads wide.
+template <class T, bool VEC, int COL_THREADS> struct ClusterTile {
   static constexpr int kWidth = VEC ? kVec<T> : 1;
-  static constexpr int kColThreads = VEC ? 8 : 32;
+  static constexpr int kColThreads = VEC ? COL_THREADS : 32;
   static constexpr int kSlices = kThreads / kColThreads;
   static constexpr int kCols = kColThreads * kWidth;
 };
 constexpr int kClusterLoads = 8;  // 16-byte weight loads in flight per thread before the first use
 constexpr int kMaxClusterSize = 16;
 constexpr int64_t kClusterMaxElements = 3700000;  // above this (and N > 1024) v4's kernel is faster
+constexpr int kSmallColThreads = 8;   // tile width (threads) of the small-shape cluster kernel (v5)
+constexpr int kWideColThreads = 16;   // tile width (threads) of the large-N cluster kernel (v6)
+constexpr int kMaxXRange = 4096;      // rows of x a block of the large-N kernel stages in shared memory
+constexpr int64_t kWideMinColumns = 100000;  // N from which the large-N kernel runs (lm_head shapes)
 
 // columns, one cluster per column tile (sm_90): the cluster's blocks (blockIdx.y, one per rank)
 // split K into contiguous ranges, each block sums its slices in shared memory, then every block
 // sends its tile sums to the ranks that own them (rank r owns columns [r, r + 1) * kCols / ranks
 // of the tile) through distributed shared memory, and each owner adds its ranks' sums in a fixed
 // order and writes y. No global atomics or workspace, and the rounding is the same every run.
-template <class T, bool VEC>
+// X_SHARED: the block first stages its range of x (<= kMaxXRange rows) in shared memory as
+// floats, so the loop's x reads are shared-memory loads, which ptxas does not interleave between
+// the weight loads as it does global ones.
+template <class T, bool VEC, int COL_THREADS, bool X_SHARED>
 __global__ void __launch_bounds__(kThreads) cluster_columns_kernel(const T* __restrict__ b, int64_t ldb, const T* __restrict__ x,
                                                                    const T* __restrict__ bias, T* __restrict__ y, int64_t n,
                                                                    int64_t k, int64_t k_per_rank) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Tile = ClusterTile<T, VEC>;
+  using Tile = ClusterTile<T, VEC, COL_THREADS>;
   constexpr int VW = Tile::kWidth;
   constexpr int kParts = kThreads / Tile::kCols;  // threads summing one column's slices
   // Row stride of the slice sums: kCols + 32 / kParts floats puts the kParts threads of a
@@ -288,6 +327,11 @@ __global__ void __launch_bounds__(kThreads) cluster_columns_kernel(const T* __re
   const int col_thread = threadIdx.x % Tile::kColThreads, slice = threadIdx.x / Tile::kColThreads;
   const int64_t col0 = tile0 + col_thread * VW;
   const int64_t k_begin = rank * k_per_rank, k_end = min(k, k_begin + k_per_rank);
+  __shared__ float x_range[X_SHARED ? kMaxXRange : 1];
+  if constexpr (X_SHARED) {
+    for (int64_t i = k_begin + threadIdx.x; i < k_end; i += kThreads) x_range[i - k_begin] = to_float(x[i]);
+    __syncthreads();
+  }
   float acc[VW];
 #pragma unroll
   for (int j = 0; j < VW; ++j) acc[j] = 0.f;
@@ -305,7 +349,7 @@ __global__ void __launch_bounds__(kThreads) cluster_columns_kernel(const T* __re
         if (kk < k_end) {
           if constexpr (VEC) r[u] = *reinterpret_cast<const Vec<T>*>(b + kk * ldb + col0);
           else r[u].v[0] = b[kk * ldb + col0];
-          xs[u] = to_float(x[kk]);
+          xs[u] = X_SHARED ? x_range[kk - k_begin] : to_float(x[kk]);
         }
       }
 #pragma unroll
@@ -453,14 +497,14 @@ int cluster_size_limit(const void* kernel, int device) {
 // nothing) where the cluster kernel cannot run (below sm_90, or fast paths disabled:
 // EMBER_DISABLE_FAST_PATHS=1 runs v4's kernel) or the split-K kernel is the better plan.
 template <class T, bool VEC> bool launch_columns_cluster(const GemvArgs<T>& g, int device, cudaStream_t stream) {
-  using Tile = ClusterTile<T, VEC>;
+  using Tile = ClusterTile<T, VEC, kSmallColThreads>;
   if (!fast_paths_enabled(device, 90)) return false;
   // Measured on the H200 against v4 (11ca45d): the cluster path wins where N <= 1024 (2048x512
   // 5.67 -> 4.13 us, 8192x1024 8.84 -> 8.36) or the matrix has at most ~3.7M elements (768x2048
   // 4.97 -> 4.40, 2048x1792 6.60 -> 6.03), and loses from 2048x2048 up (6.32 -> 8.08, 4096x4096
   // 11.6 -> 17.3): its 8-thread tiles read 128 bytes per row per warp load where v4 reads 512.
   if (g.n > 1024 && g.n * g.k > kClusterMaxElements) return false;
-  const auto kernel = cluster_columns_kernel<T, VEC>;
+  const auto kernel = cluster_columns_kernel<T, VEC, kSmallColThreads, false>;
   const int max_cluster = cluster_size_limit(reinterpret_cast<const void*>(kernel), device);
   if (max_cluster == 0) return false;
   const int64_t sms = device_properties(device).multiProcessorCount;
@@ -479,8 +523,37 @@ template <class T, bool VEC> bool launch_columns_cluster(const GemvArgs<T>& g, i
   return true;
 }
 
+// Large N (lm_head shapes, 16-byte loads): tiles of 16 threads x 16 bytes with x staged in shared
+// memory, one cluster per tile, K split over the cluster only as far as each block's x range
+// needs (N >= 100000 gives >= 782 tiles, already ~6 blocks per SM). Measured on the H200 with
+// bench/gemv_probe.cu (2026-11-30, "cluster C16 T256 L8"), against v4's split-K kernel that ran
+// these shapes: 8192x128256 510 -> 476 us, 4096x128256 258 -> 242, 2304x256000 287 -> 270
+// (~4.35 TB/s). Below ~100k columns it lost wherever measured (2048x8192 11.4 -> 15.6 us,
+// 2048x4096 7.6 -> 9.9), so smaller N keeps the v4/v5 rules. Returns false (launching nothing)
+// where it does not apply.
+template <class T> bool launch_columns_wide(const GemvArgs<T>& g, int device, cudaStream_t stream) {
+  using Tile = ClusterTile<T, true, kWideColThreads>;
+  if (g.n < kWideMinColumns || !fast_paths_enabled(device, 90)) return false;
+  const auto kernel = cluster_columns_kernel<T, true, kWideColThreads, true>;
+  const int max_cluster = cluster_size_limit(reinterpret_cast<const void*>(kernel), device);
+  if (max_cluster == 0) return false;
+  const int64_t sms = device_properties(device).multiProcessorCount;
+  const int64_t tiles = (g.n + Tile::kCols - 1) / Tile::kCols;
+  // Double the cluster until ~4 blocks per SM while each thread keeps a full batch of loads, then
+  // until each block's x range fits in shared memory (K > 16 * 4096 cannot: v4 runs it).
+  int64_t cluster = 1;
+  while (cluster < max_cluster && tiles * cluster < 4 * sms && g.k / (2 * Tile::kSlices * cluster) >= kClusterLoads) cluster *= 2;
+  while (cluster < max_cluster && (g.k + cluster - 1) / cluster > kMaxXRange) cluster *= 2;
+  const int64_t k_per_rank = (g.k + cluster - 1) / cluster;
+  if (k_per_rank > kMaxXRange) return false;
+  const ClusterLaunch launch(static_cast<unsigned>(tiles), static_cast<unsigned>(cluster), stream);
+  EMBER_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k, k_per_rank));
+  return true;
+}
+
 template <class T> void launch_columns(const GemvArgs<T>& g, int device, cudaStream_t stream) {
   const bool vec = g.n % kVec<T> == 0 && g.ldw % kVec<T> == 0 && aligned16(g.w) && aligned16(g.y);
+  if (vec && launch_columns_wide<T>(g, device, stream)) return;
   if (vec ? launch_columns_cluster<T, true>(g, device, stream) : launch_columns_cluster<T, false>(g, device, stream)) return;
   const int64_t tile = vec ? 32 * kVec<T> : 32;
   const int64_t tiles = (g.n + tile - 1) / tile;

@@ -140,5 +140,46 @@ EMBER_PARITY_CASE_TOL(gemv_columns_cluster_f32, 1e-4, 4e-3, {
           matmul(randn_on(d, {1, 20000}, kFloat32, 95), randn_on(d, {20000, 12}, kFloat32, 96))};
 });
 
+// The rows layout's batches (v6: whole batches of 16-byte loads unpredicated, then a predicated
+// tail batch), with the group widths the host picks on a 132-SM H200: bf16 N = 1100 at K = 3392
+// (groups of 32, 3 whole batches of 128 chunks + 40), f16 N = 300 at K = 4800 from a wider
+// matrix (ldw 4808 > K; groups of 128, one batch of 512 + 88), f32 A @ v with N = 40 at K = 4400
+// (groups of 256, one batch of 1024 + 76); 2..8 input rows (2 loads per batch) at K = 1216
+// (2 whole batches of 64 + 24) with x rows strided (ldx 1240 > K), f32 rows at K = 1000 (3
+// batches + 58), f16 rows of a wider weight (ldw 1032); bias and none.
+EMBER_PARITY_CASE_TOL(gemv_rows_batches_and_tails, 2e-2, 2e-2, {
+  std::vector<Tensor> outs;
+  const Tensor w = randn_on(d, {1100, 3392}, kBFloat16, 100) * Scalar(0.05);
+  outs.push_back(linear(randn_on(d, {1, 3392}, kBFloat16, 101), w, randn_on(d, {1100}, kBFloat16, 102)).to(kFloat32));
+  const Tensor w16 = (randn_on(d, {300, 4808}, kFloat16, 103) * Scalar(0.05)).slice(1, 0, 4800);
+  outs.push_back(linear(randn_on(d, {1, 4800}, kFloat16, 104), w16).to(kFloat32));
+  const Tensor a32 = randn_on(d, {40, 4400}, kFloat32, 105) * Scalar(0.05);
+  outs.push_back(matmul(a32, randn_on(d, {4400, 1}, kFloat32, 106)));
+  const Tensor wm = randn_on(d, {300, 1216}, kBFloat16, 107) * Scalar(0.05), bm = randn_on(d, {300}, kBFloat16, 108);
+  const Tensor wm32 = randn_on(d, {200, 1000}, kFloat32, 109) * Scalar(0.05);
+  const Tensor wm16 = (randn_on(d, {260, 1032}, kFloat16, 110) * Scalar(0.05)).slice(1, 0, 1000);
+  for (int64_t m = 2; m <= 8; ++m) {
+    const Tensor x = randn_on(d, {m, 1240}, kBFloat16, 110 + m).slice(1, 0, 1216);
+    outs.push_back(linear(x, wm, bm).to(kFloat32));
+  }
+  outs.push_back(linear(randn_on(d, {4, 1000}, kFloat32, 120), wm32, randn_on(d, {200}, kFloat32, 121)));
+  outs.push_back(linear(randn_on(d, {7, 1000}, kFloat32, 122), wm32));
+  outs.push_back(linear(randn_on(d, {6, 1000}, kFloat16, 123), wm16).to(kFloat32));
+  return outs;
+});
+
+// The columns layout at N >= 100000 (the lm_head kernel: 16 threads x 16 bytes per tile, x staged
+// in shared memory): bf16 K = 264 (2 whole batches of 128 rows + 8) with N = 100008 (a partial
+// last tile of 128) with and without bias, f16 as A @ v (A unit-stride along M), f32 K = 40 with
+// N = 100000 (tiles of 64, a partial last one).
+EMBER_PARITY_CASE_TOL(gemv_columns_wide_n, 2e-2, 2e-2, {
+  const Tensor x = randn_on(d, {1, 264}, kBFloat16, 130), b = randn_on(d, {264, 100008}, kBFloat16, 131);
+  const Tensor bias = randn_on(d, {100008}, kBFloat16, 132);
+  const Tensor a16 = randn_on(d, {264, 100000}, kFloat16, 133).t();
+  return {matmul(x, b).to(kFloat32), linear(x, b.t(), bias).to(kFloat32),
+          matmul(a16, randn_on(d, {264, 1}, kFloat16, 134)).to(kFloat32),
+          matmul(randn_on(d, {1, 40}, kFloat32, 135), randn_on(d, {40, 100000}, kFloat32, 136))};
+});
+
 }  // namespace
 }  // namespace ember::test
