@@ -112,15 +112,16 @@ if has bench-engine; then
     timeout 120 ./build-gpu/tools/ember bench --random-weights bench/configs/qwen3-30b-a3b.json --device cuda --dtype $dtype \
       --prompt-len 512 --gen-len 64 --json 2>> "$out/bench.err" | tee -a "$out/engine.jsonl"
   done
-  # transformers on the same config, GPU and run (after ember has exited: both hold 61 GB).
-  timeout 300 python3 bench/torch_engine.py --config bench/configs/qwen3-30b-a3b.json --prompt-len 512 --gen-len 64 \
+  # transformers on the same config, GPU and run (after ember has exited: both hold 61 GB);
+  # ENGINE_TORCH=0 skips it (its figures are in docs/PERF.md, ~5 minutes of device time).
+  [ "${ENGINE_TORCH:-1}" = 0 ] || timeout 300 python3 bench/torch_engine.py --config bench/configs/qwen3-30b-a3b.json --prompt-len 512 --gen-len 64 \
     --ember "$out/engine.jsonl" 2>> "$out/bench.err" | tee -a "$out/engine.txt"
 fi
 if has profile-moe; then
   # Per-kernel durations of the decode MoE layer (Qwen3-30B-A3B shapes, T=1) at normal clocks.
   stamp "profile moe"
   # PROFILE_KERNELS / PROFILE_SKIP pick other kernels (e.g. "E4m3" and 10: the FP8 decode kernels).
-  ncu --clock-control none --kernel-name regex:"${PROFILE_KERNELS:-decode|route|permute|gemv|rows_kernel}" --launch-skip ${PROFILE_SKIP:-40} --launch-count 24 \
+  ncu --clock-control none --kernel-name-base demangled --kernel-name regex:"${PROFILE_KERNELS:-decode|route|permute|gemv|rows_kernel}" --launch-skip ${PROFILE_SKIP:-40} --launch-count 24 \
     ./build-gpu/bench/moe_bench 1 2>&1 | grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput" | head -120 > "$out/profile.txt"
   head -60 "$out/profile.txt"
 fi

@@ -73,6 +73,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -475,6 +476,20 @@ struct ClusterLaunch {
 // 9.0 or newer), 0 where it cannot run: a binary that carries the kernel only for an older
 // architecture (its body is compiled out there). 16 where the GPU can schedule clusters of 16 of
 // its blocks (a non-portable size), else the portable 8. Cached per kernel and device.
+// Blocks of kThreads threads of `kernel` resident per SM (cached per kernel and device).
+int resident_blocks_per_sm(const void* kernel, int device) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> counts;
+  std::lock_guard lock(mutex);
+  const auto [it, inserted] = counts.try_emplace({kernel, device}, 1);
+  if (inserted) {
+    int blocks = 0;
+    EMBER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0));
+    it->second = std::max(blocks, 1);
+  }
+  return it->second;
+}
+
 int cluster_size_limit(const void* kernel, int device) {
   static std::mutex mutex;
   static std::map<std::pair<const void*, int>, int> limits;
@@ -546,6 +561,11 @@ template <class T> bool launch_columns_wide(const GemvArgs<T>& g, int device, cu
   while (cluster < max_cluster && (g.k + cluster - 1) / cluster > kMaxXRange) cluster *= 2;
   const int64_t k_per_rank = (g.k + cluster - 1) / cluster;
   if (k_per_rank > kMaxXRange) return false;
+  // A last wave of blocks less than half full costs more than the wide tiles save: 2048x151936
+  // (1187 tiles, 1.12 waves) took 159 us against v4's 140 (H200, 5187fbe), while 1002 tiles (0.95
+  // waves) and 1940-2004 (1.84-1.9 waves) won.
+  const double waves = static_cast<double>(tiles * cluster) / static_cast<double>(sms * resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), device));
+  if (waves > 1 && waves - std::floor(waves) < 0.5) return false;
   const ClusterLaunch launch(static_cast<unsigned>(tiles), static_cast<unsigned>(cluster), stream);
   EMBER_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k, k_per_rank));
   return true;

@@ -11,9 +11,10 @@
 //   gate_up_decode_kernel / down_decode_kernel   the decode layer: no permutation at all. Block
 //                       y of the first kernel is pair y (or the shared expert of a token); one warp
 //                       per intermediate channel streams its gate and up rows with 16-byte loads and
-//                       writes silu(gate) * up. In the second, one warp per output channel walks all
-//                       of its token's pairs (weights of distinct experts, read once) and writes the
-//                       weighted sum directly: the combine costs nothing.
+//                       writes silu(gate) * up. In the second, block (g, t) owns two consecutive
+//                       outputs of token t, one warp per pair streams those two rows of its expert
+//                       against the pair's row of h, and the block adds the weighted sums and
+//                       writes them directly: the combine costs nothing.
 //   router_decode_kernel   the decode router: one warp per expert computes the logits, the
 //                       last block to finish routes every token (route_token, as route_kernel).
 // A decode layer is 3 kernels: router_decode, gate_up, down.
@@ -44,12 +45,20 @@
 //       the pair slots by expert), so pairs sharing an expert read its rows back to back, the
 //       later ones from L2 (64 pairs over 128 experts hit ~52 distinct experts, 128 pairs ~82).
 //       Measured (9c9be22): Qwen3-30B bf16 T=16 386 -> 368 us, LFM2 T=8 232 -> 223 us; T=2..8
-//       of Qwen3-30B and FP8 unchanged within the run-to-run spread (~3%). (this)
+//       of Qwen3-30B and FP8 unchanged within the run-to-run spread (~3%).
 //       Its SASS (sm_90a) shows what limits gate_up: under the 40-register cap ptxas issues the
 //       second pair of row loads only after the first pair is consumed, so a lane has 2 of its 4
 //       bf16 loads in flight (FP8: 2, then 6 of 8). Branch moe-gate-up-loads restructures the
 //       loop so a batch's loads all issue first; bench/moe_probe.cu measures the same layout with
 //       and without the cap.
+//   v4 (session 5; bench/moe_probe.cu's chain section measured the structure first): down as
+//       one warp per (pair, 2 consecutive outputs), block (outputs, token), its first batch of
+//       weight loads issued before waiting for gate_up (gate_up triggers its dependents after its
+//       own wait, so the router's ids are final); gate_up's loop in whole unpredicated batches
+//       (branch moe-gate-up-loads) and FP8 gate_up at 4 blocks per SM. Qwen3-30B-A3B (H200,
+//       torch in the same run): T=1 bf16 37.1 -> 28.5 us, FP8 30.4 -> 22.8; T=8 202 -> 150 /
+//       168 -> 117; T=16 368 -> 270 / 323 -> 224. ncu at T=1 FP8: gate_up 13.4 us (DRAM 39%),
+//       down 9.8 us (27%): both still far from HBM speed. (this)
 //   Rejected, measured at 11ca45d (code on branch moe-dedup-decode and in that commit):
 //   - v4, T > 1 reading each distinct expert once (the router's last block grouped the pairs by
 //     expert; gate_up kept 4 or 8 pairs' sums per channel in registers, down walked the distinct
@@ -502,8 +511,8 @@ __device__ __forceinline__ void gate_up_channel(const T* x, const WT* g_row, con
   // first pair is consumed (bf16: 2 of its 4 loads in flight; FP8: 2, then 6 of 8). Here: 32-bit
   // chunk indices, block scales only for FP8 weights (the only ones that have them) as a row
   // pointer and a stride, and whole batches without predicates: the SASS now issues all 2 * L
-  // loads of a batch before the first use (bf16 no spill in the loop; FP8 spills scale state to
-  // local memory inside it). Not measured yet.
+  // loads of a batch before the first use (bf16 no spill in the loop; FP8 at 4 blocks per SM
+  // none either).
   const int chunks = static_cast<int>(hidden / 8);
   const bool blocks = sizeof(WT) == 1 && gs.kind == WeightScale::Block128;
   // This row's block scales (one per 128 columns) as two pointers and two strides: the whole
@@ -575,9 +584,13 @@ __device__ __forceinline__ void gate_up_channel(const T* x, const WT* g_row, con
 }
 
 // Six blocks per SM (<= 40 registers): Qwen3-30B-A3B's T = 1 grid (8 pairs x 96 blocks) then
-// runs as one wave; at 4 blocks per SM (61 registers) it took 1.45 waves.
+// runs as one wave; at 4 blocks per SM (61 registers) it took 1.45 waves. FP8 weights: under 40
+// registers ptxas spilled the loop's state to local memory and issued 4 of a batch's 8 loads
+// before the first use; at 4 blocks per SM (64 registers, no spills, all 8 first) Qwen3-30B's
+// T = 1 layer went from 27.4 to 22.8 us and T = 8 from 149 to 117 us (H200, 5187fbe).
+template <class WT> constexpr int kGateUpBlocksPerSm = sizeof(WT) == 1 ? 4 : 6;
 template <class T, class WT>
-__global__ void __launch_bounds__(kDecodeThreads, 6) gate_up_decode_kernel(DecodeArgs a) {
+__global__ void __launch_bounds__(kDecodeThreads, kGateUpBlocksPerSm<WT>) gate_up_decode_kernel(DecodeArgs a) {
   extern __shared__ __align__(16) unsigned char decode_smem[];
   T* x = reinterpret_cast<T*>(decode_smem);  // [hidden]: the slot's token row of x
   const int64_t pairs = a.tokens * a.k;
