@@ -521,6 +521,20 @@ __device__ __forceinline__ void gate_up_channel(const T* x, const WT* g_row, con
   const float* u_scales = blocks ? us.ptr + gmm::block_scale_offset(e, i, 0, us.s0, us.s1, us.s2) : nullptr;
   const int64_t g_step = gs.s2, u_step = us.s2;
   float g = 0.f, u = 0.f;
+  // Adds chunk c of both rows (loaded raw) times x's chunk c (in shared memory).
+  const auto add_chunk = [&](const gmm::Raw8<WT>& g_raw, const gmm::Raw8<WT>& u_raw, int c) {
+    float gf[8], uf[8], xf[8];
+    load8(x + c * 8, xf);
+    gmm::unpack8(g_raw, gf);
+    gmm::unpack8(u_raw, uf);
+    float dg = gmm::dot8(xf, gf, 0.f), du = gmm::dot8(xf, uf, 0.f);
+    if (blocks) {
+      dg *= g_scales[c / (gmm::kScaleBlock / 8) * g_step];
+      du *= u_scales[c / (gmm::kScaleBlock / 8) * u_step];
+    }
+    g += dg;
+    u += du;
+  };
   // Whole batches of L chunks per lane first (no predicates, so every load of a batch is issued
   // before the first is used), then one predicated batch for the rest.
   const int batched = chunks / (L * 32) * (L * 32);
@@ -532,20 +546,7 @@ __device__ __forceinline__ void gate_up_channel(const T* x, const WT* g_row, con
       ur[l] = gmm::load_raw8(u_row + (c0 + l * 32) * 8);
     }
 #pragma unroll
-    for (int l = 0; l < L; ++l) {
-      const int c = c0 + l * 32;
-      float gf[8], uf[8], xf[8];
-      load8(x + c * 8, xf);  // x is in shared memory
-      gmm::unpack8(gr[l], gf);
-      gmm::unpack8(ur[l], uf);
-      float dg = gmm::dot8(xf, gf, 0.f), du = gmm::dot8(xf, uf, 0.f);
-      if (blocks) {
-        dg *= g_scales[c / (gmm::kScaleBlock / 8) * g_step];
-        du *= u_scales[c / (gmm::kScaleBlock / 8) * u_step];
-      }
-      g += dg;
-      u += du;
-    }
+    for (int l = 0; l < L; ++l) add_chunk(gr[l], ur[l], c0 + l * 32);
   }
   for (int c0 = batched + lane; c0 < chunks; c0 += L * 32) {
     gmm::Raw8<WT> gr[L], ur[L];
@@ -560,17 +561,7 @@ __device__ __forceinline__ void gate_up_channel(const T* x, const WT* g_row, con
     for (int l = 0; l < L; ++l) {
       const int c = c0 + l * 32;
       if (c >= chunks) break;
-      float gf[8], uf[8], xf[8];
-      load8(x + c * 8, xf);  // x is in shared memory
-      gmm::unpack8(gr[l], gf);
-      gmm::unpack8(ur[l], uf);
-      float dg = gmm::dot8(xf, gf, 0.f), du = gmm::dot8(xf, uf, 0.f);
-      if (blocks) {
-        dg *= g_scales[c / (gmm::kScaleBlock / 8) * g_step];
-        du *= u_scales[c / (gmm::kScaleBlock / 8) * u_step];
-      }
-      g += dg;
-      u += du;
+      add_chunk(gr[l], ur[l], c);
     }
   }
   for (int64_t kk = int64_t{chunks} * 8 + lane; kk < hidden; kk += 32) {
