@@ -33,6 +33,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -888,8 +889,9 @@ template <int L> void launch_columns_split(const Problem& p, const bf16* w, cuda
 // Blocks of `kernel` (THREADS threads) resident at once, in clusters of `cluster` along y: the
 // most clusters that fit at once (cluster 1: blocks per SM x SMs), cached per kernel and size.
 template <class Kernel> int resident_clusters(Kernel kernel, int threads, int cluster, int sms) {
-  static std::map<int, int> cache;
-  if (const auto it = cache.find(cluster); it != cache.end()) return it->second;
+  static std::map<std::pair<const void*, int>, int> cache;  // the batch kernels share one Kernel type
+  const std::pair<const void*, int> key{reinterpret_cast<const void*>(kernel), cluster};
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
   int count = 0;
   if (cluster == 1) {
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, threads, 0));
@@ -907,7 +909,7 @@ template <class Kernel> int resident_clusters(Kernel kernel, int threads, int cl
     config.numAttrs = 1;
     CHECK(cudaOccupancyMaxActiveClusters(&count, kernel, &config));
   }
-  return cache[cluster] = count;
+  return cache[key] = count;
 }
 
 // The batch kernel's cluster for a shape: the largest power of 2 (<= the kernel's limit) with
