@@ -21,6 +21,7 @@
 //
 // Build and run on the GPU machine (no CMake needed):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/gemv_probe.cu -o /tmp/gemv_probe && /tmp/gemv_probe
+// Only some sections: append their names (rows, columns, columns2), e.g. "/tmp/gemv_probe columns2".
 // SASS of a kernel (what the per-variant comments describe):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cubin -Xptxas -v bench/gemv_probe.cu -o /tmp/g.cubin
 //   cuobjdump -sass /tmp/g.cubin | less   (or nvdisasm -c /tmp/g.cubin)
@@ -31,6 +32,8 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -558,6 +561,166 @@ __global__ void __launch_bounds__(kThreads) columns_split_kernel(const uint4* __
 }
 
 // ---------------------------------------------------------------------------------------------
+// Columns, second round (the "columns2" section): mid shapes (K 512-2304, N 2048-9216, 2-40 MB),
+// where torch beats ember by 4-11% and every variant above lost. Each thread's rows of K go in
+// batches of L 16-byte loads, and the FIRST batch is issued before anything else: x is staged into
+// shared memory only after it, so x's L2 round trip overlaps the weights' (the earlier X_SMEM
+// kernels staged x first and paid that round trip serially), and the bar.sync between the loads
+// and their first use keeps ptxas from interleaving them with FFMAs (it cannot sink loads below
+// the barrier, and the FFMAs need x read from shared memory after it). K is split over a cluster
+// of blocks per column tile, reduced through distributed shared memory as v5 does; the host picks
+// the largest power-of-2 cluster with EVERY block resident at once (cudaOccupancyMaxActiveClusters)
+// so the whole matrix is requested in about one round trip, and cluster 1 (no cross-block
+// reduction at all, a plain launch) when the tiles alone fill the resident slots.
+
+// L weight chunks, `step` chunks apart (one per slice step down K); PRED: only the first `valid`.
+template <int L, bool PRED> __device__ __forceinline__ void load_batch(uint4 (&r)[L], const uint4* p, size_t step, int valid) {
+#pragma unroll
+  for (int u = 0; u < L; ++u) r[u] = !PRED || u < valid ? load_weight<true>(p + u * step) : make_uint4(0, 0, 0, 0);
+}
+
+// acc[j] += x[row] * B[row][col0 + j] over the batch's rows; xr: the first row's x (raw bf16 bits)
+// in shared memory, the next S entries on. Rows past K have zero weights and zero x.
+template <int L, int S> __device__ __forceinline__ void fma_batch(float (&acc)[kVec], const uint4 (&r)[L], const uint16_t* xr) {
+#pragma unroll
+  for (int u = 0; u < L; ++u) {
+    const float xk = __uint_as_float(static_cast<uint32_t>(xr[u * S]) << 16);
+    const uint32_t q[4] = {r[u].x, r[u].y, r[u].z, r[u].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      acc[2 * j] = fmaf(xk, __uint_as_float(q[j] << 16), acc[2 * j]);
+      acc[2 * j + 1] = fmaf(xk, __uint_as_float(q[j] & 0xFFFF0000u), acc[2 * j + 1]);
+    }
+  }
+}
+
+// columns "batch C{COLS} T{THREADS} L{L}": a tile of COLS x 16 bytes across (COLS * 8 columns),
+// THREADS / COLS slices down, L rows per thread per batch; a block takes its cluster rank's K
+// range (k_per_rank rows; its x range, zero-padded to whole batches, <= kMaxXRange). Whole
+// batches load without predicates, the range's last partial batch with them (block-uniform
+// choice). SASS (ptxas -v: no spills, no stack): in every instantiation, both paths of the first
+// batch (whole and predicated) issue all L LDG.E.NA.128 before the x staging and its BAR.SYNC,
+// so no FFMA can wait on a load issued late; later batches (loop) issue all L LDGs, then the
+// LDS.U16 of x, then the FFMAs. Registers (resident blocks per SM):
+//   C4 T1024 L8 (tile 32 columns, 64 B per row, 256 slices): 60 (1).
+//   C8 T1024 L8 (tile 64 columns, 128 B, 128 slices): 62 (1); PUSH 62.
+//   C16 T512 L8 (tile 128 columns, 256 B, 32 slices): 60 (2); PUSH 59.
+//   C32 T512 L8 (tile 256 columns, 512 B per warp row as v4, 16 slices): 60 (2); PUSH 59.
+//   C32 T256 L16 (tile 256 columns, 8 slices, 16 loads in flight): 95 (2).
+// PUSH: the partials go to their owner rank by st.async, each completing bytes on the owner's
+// mbarrier (expecting the tile's kCols * 4 bytes), and only owners wait, on that mbarrier: no
+// closing cluster barrier, whose release ptxas compiles to MEMBAR.ALL.GPU (cluster.sync() in v5
+// and here without PUSH: MEMBAR.ALL.GPU, UCGABAR_ARV, UCGABAR_WAIT).
+template <int COLS, int THREADS, int L, bool PUSH = false>
+__global__ void __launch_bounds__(THREADS) columns_batch_kernel(const uint4* __restrict__ b, int ldb_vec, const bf16* __restrict__ x,
+                                                                bf16* __restrict__ y, int n, int k, int k_per_rank) {
+  constexpr int kSlicesDown = THREADS / COLS, kCols = COLS * kVec, kBatchRows = L * kSlicesDown;
+  constexpr int kParts = THREADS / kCols;  // threads summing one column's slices
+  static_assert(kParts >= 1 && kParts <= 32 && THREADS == kParts * kCols && kCols % 32 == 0);
+  constexpr int kStride = kCols + 32 / kParts;  // padding: the column sums read conflict-free
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const unsigned ranks = cluster.num_blocks(), rank = cluster.block_rank();
+  __shared__ alignas(8) uint64_t received;  // PUSH: the owner's mbarrier
+  const uint32_t received_addr = static_cast<uint32_t>(__cvta_generic_to_shared(&received));
+  if (PUSH && ranks > 1 && threadIdx.x == 0) {
+    // One arrival (this one) plus kCols * 4 bytes of transactions complete phase 0; the init is
+    // released to the other ranks by the cluster barrier.
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n\t"
+                 "fence.mbarrier_init.release.cluster;\n\t"
+                 "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(received_addr),
+                 "r"(kCols * 4)
+                 : "memory");
+  }
+  if (ranks > 1) __cluster_barrier_arrive_relaxed();
+
+  const int col_thread = threadIdx.x % COLS, slice = threadIdx.x / COLS;
+  const int cv = blockIdx.x * COLS + col_thread;  // this thread's 16-byte chunk of a row
+  const bool active = cv * kVec < n;              // n % 8 == 0
+  const int k_begin = static_cast<int>(rank) * k_per_rank, k_end = min(k, k_begin + k_per_rank);
+  const int range = max(0, k_end - k_begin), padded = (range + kBatchRows - 1) / kBatchRows * kBatchRows;
+  const int valid = (range - slice + kSlicesDown - 1) / kSlicesDown;  // this thread's rows in the range (<= 0: none)
+  const size_t step = static_cast<size_t>(kSlicesDown) * ldb_vec;
+  const uint4* bp = b + static_cast<size_t>(k_begin + slice) * ldb_vec + cv;
+
+  uint4 r[L];
+  if (active) {
+    if (range >= kBatchRows) load_batch<L, false>(r, bp, step, L);
+    else load_batch<L, true>(r, bp, step, valid);
+  }
+  __shared__ uint16_t x_range[kMaxXRange];
+  const uint16_t* xg = reinterpret_cast<const uint16_t*>(x) + k_begin;
+  for (int i = threadIdx.x; i < padded; i += THREADS) x_range[i] = i < range ? xg[i] : uint16_t{0};
+  __syncthreads();
+  float acc[kVec] = {};
+  if (active) {
+    fma_batch<L, kSlicesDown>(acc, r, x_range + slice);
+    for (int kb = kBatchRows, done = L; kb < padded; kb += kBatchRows, done += L) {
+      bp += L * step;
+      if (kb + kBatchRows <= range) load_batch<L, false>(r, bp, step, L);
+      else load_batch<L, true>(r, bp, step, valid - done);
+      fma_batch<L, kSlicesDown>(acc, r, x_range + kb + slice);
+    }
+  }
+
+  __shared__ alignas(16) float sums[kSlicesDown][kStride];
+  __shared__ float inbox[kCols];
+  if constexpr (kStride % 4 == 0) {
+#pragma unroll
+    for (int j = 0; j < kVec; j += 4)
+      *reinterpret_cast<float4*>(&sums[slice][col_thread * kVec + j]) = make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) sums[slice][col_thread * kVec + j] = acc[j];
+  }
+  __syncthreads();
+  const int col = threadIdx.x / kParts, part = threadIdx.x % kParts;
+  float s = 0.f;
+#pragma unroll
+  for (int sl = part; sl < kSlicesDown; sl += kParts) s += sums[sl][col];
+#pragma unroll
+  for (int off = kParts / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+  const int tile0 = blockIdx.x * kCols;
+  if (ranks == 1) {
+    if (part == 0 && tile0 + col < n) y[tile0 + col] = __float2bfloat16_rn(s);
+    return;
+  }
+  // Rank q owns columns [q * share, (q + 1) * share) of the tile: every rank sends it those
+  // partials, it sums them (ranks: a power of 2 <= 16, so kCols % ranks == 0).
+  const unsigned share = kCols / ranks;
+  cluster.barrier_wait();
+  if constexpr (PUSH) {
+    if (part == 0) {
+      const uint32_t owner = col / share;
+      const uint32_t slot = static_cast<uint32_t>(__cvta_generic_to_shared(&inbox[rank * share + col % share]));
+      uint32_t remote_slot, remote_barrier;
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_slot) : "r"(slot), "r"(owner));
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_barrier) : "r"(received_addr), "r"(owner));
+      asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(remote_slot), "r"(__float_as_uint(s)),
+                   "r"(remote_barrier)
+                   : "memory");
+    }
+    if (threadIdx.x >= kCols) return;
+    uint32_t done = 0;
+    while (!done)
+      asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+                   : "=r"(done)
+                   : "r"(received_addr)
+                   : "memory");
+  } else {
+    if (part == 0) cluster.map_shared_rank(inbox, static_cast<int>(col / share))[rank * share + col % share] = s;
+    cluster.sync();
+  }
+  if (threadIdx.x < kCols) {
+    const unsigned source = threadIdx.x % ranks, owned = threadIdx.x / ranks;
+    float v = inbox[source * share + owned];
+    for (unsigned off = 1; off < ranks; off *= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+    const int out = tile0 + static_cast<int>(rank * share + owned);
+    if (source == 0 && out < n) y[out] = __float2bfloat16_rn(v);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Host side.
 
 struct Shape {
@@ -584,6 +747,7 @@ struct Variant {
   std::string name;
   Launch launch;
   bool (*applies)(const Shape&) = nullptr;  // null: every shape of its layout
+  std::string (*config)(const Problem&) = nullptr;  // non-null: the launch it picks, printed after err
 };
 
 // The group width gemv.cu's launch_rows_m picks (one input row, 16-byte path).
@@ -722,6 +886,82 @@ template <int L> void launch_columns_split(const Problem& p, const bf16* w, cuda
                                                      p.accum, p.tickets);
 }
 
+// Blocks of `kernel` (THREADS threads) resident at once, in clusters of `cluster` along y: the
+// most clusters that fit at once (cluster 1: blocks per SM x SMs), cached per kernel and size.
+template <class Kernel> int resident_clusters(Kernel kernel, int threads, int cluster, int sms) {
+  static std::map<std::pair<const void*, int>, int> cache;  // the batch kernels share one Kernel type
+  const std::pair<const void*, int> key{reinterpret_cast<const void*>(kernel), cluster};
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  int count = 0;
+  if (cluster == 1) {
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, threads, 0));
+    count *= sms;
+  } else {
+    cudaLaunchConfig_t config{};
+    cudaLaunchAttribute attribute{};
+    config.gridDim = dim3(1, cluster);
+    config.blockDim = dim3(threads);
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = 1;
+    attribute.val.clusterDim.y = cluster;
+    attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    CHECK(cudaOccupancyMaxActiveClusters(&count, kernel, &config));
+  }
+  return cache[key] = count;
+}
+
+// The batch kernel's cluster for a shape: the largest power of 2 (<= the kernel's limit) with
+// every cluster resident at once and >= 1 row of K per thread; 0 if the rank's x range cannot
+// fit in shared memory (K > 4096 at that cluster: none of the columns2 shapes).
+template <int COLS, int THREADS, int L, bool PUSH = false> int batch_cluster(const Problem& p) {
+  const auto kernel = columns_batch_kernel<COLS, THREADS, L, PUSH>;
+  constexpr int kSlicesDown = THREADS / COLS, kBatchRows = L * kSlicesDown;
+  static const int max_cluster = cluster_limit(kernel, THREADS);
+  const int tiles = (p.s.n + COLS * kVec - 1) / (COLS * kVec);
+  int cluster = 1;
+  while (2 * cluster <= max_cluster && p.s.k / (2 * cluster) >= kSlicesDown &&
+         tiles <= resident_clusters(kernel, THREADS, 2 * cluster, p.sms))
+    cluster *= 2;
+  const int k_per_rank = (p.s.k + cluster - 1) / cluster;
+  return (k_per_rank + kBatchRows - 1) / kBatchRows * kBatchRows <= kMaxXRange ? cluster : 0;
+}
+
+// "cluster C blocks B": the batch kernel's launch for the shape.
+template <int COLS, int THREADS, int L, bool PUSH = false> std::string batch_config(const Problem& p) {
+  const int cluster = batch_cluster<COLS, THREADS, L, PUSH>(p), tiles = (p.s.n + COLS * kVec - 1) / (COLS * kVec);
+  return "cluster " + std::to_string(cluster) + " blocks " + std::to_string(tiles * cluster);
+}
+
+template <int COLS, int THREADS, int L, bool PUSH = false> void launch_columns_batch(const Problem& p, const bf16* w, cudaStream_t st) {
+  const auto kernel = columns_batch_kernel<COLS, THREADS, L, PUSH>;
+  const int cluster = batch_cluster<COLS, THREADS, L, PUSH>(p);
+  if (cluster == 0) {
+    std::fprintf(stderr, "batch C%d T%d L%d: K = %d does not fit its x range\n", COLS, THREADS, L, p.s.k);
+    std::exit(1);
+  }
+  const int tiles = (p.s.n + COLS * kVec - 1) / (COLS * kVec);
+  const int k_per_rank = (p.s.k + cluster - 1) / cluster;
+  const auto* bv = reinterpret_cast<const uint4*>(w);
+  if (cluster == 1) {
+    kernel<<<tiles, THREADS, 0, st>>>(bv, p.s.n / kVec, p.x, p.y, p.s.n, p.s.k, k_per_rank);
+    return;
+  }
+  cudaLaunchConfig_t config{};
+  cudaLaunchAttribute attribute{};
+  config.gridDim = dim3(tiles, cluster);
+  config.blockDim = dim3(THREADS);
+  config.stream = st;
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = 1;
+  attribute.val.clusterDim.y = cluster;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  CHECK(cudaLaunchKernelEx(&config, kernel, bv, p.s.n / kVec, p.x, p.y, p.s.n, p.s.k, k_per_rank));
+}
+
 // ---------------------------------------------------------------------------------------------
 
 uint16_t bits(bf16 v) {
@@ -807,13 +1047,21 @@ void run_layout(const char* layout, bool rows, const std::vector<Shape>& shapes,
       if (base_us == 0.f) base_us = us;
       char shape[32];
       std::snprintf(shape, sizeof shape, "%dx%d", s.k, s.n);
-      std::printf("%-22s %13s %9.2f %8.2f %7.3fx %9.1e%s\n", v.name.c_str(), shape, us, bytes / us / 1e6, base_us / us, err,
-                  err > 1e-2 ? " FAIL" : "");
+      std::printf("%-22s %13s %9.2f %8.2f %7.3fx %9.1e%s%s\n", v.name.c_str(), shape, us, bytes / us / 1e6, base_us / us, err,
+                  err > 1e-2 ? " FAIL" : "", v.config ? ("  " + v.config(p)).c_str() : "");
     }
   }
 }
 
-int main() {
+// Sections: rows, columns (the first round), columns2 (the batch kernels on the mid shapes); the
+// arguments name the ones to run, none: all three.
+int main(int argc, char** argv) {
+  const auto wanted = [&](const char* section) {
+    if (argc == 1) return true;
+    for (int i = 1; i < argc; ++i)
+      if (std::strcmp(argv[i], section) == 0) return true;
+    return false;
+  };
   cudaDeviceProp prop{};
   CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
@@ -862,8 +1110,26 @@ int main() {
   const std::vector<Shape> column_shapes = {{2048, 4096}, {2048, 8192}, {2048, 7168},  {2304, 2048},   {768, 2048},
                                             {512, 2048},  {2048, 2048}, {8192, 128256}, {2304, 256000}, {4096, 128256}};
 
-  run_layout("rows", true, row_shapes, row_variants, pool, pool_bytes, base);
-  run_layout("columns", false, column_shapes, column_variants, pool, pool_bytes, base);
+  // The mid shapes where torch beats ember (ember bench, torch vs ember us: 2048x4096 7.23 vs
+  // 8.14, 2048x8192 11.13 vs 11.68, 2048x7168 10.07 vs 10.85, 2304x9216 12.57 vs 13.74, ...).
+  const std::vector<Variant> column2_variants = {
+      {"ember columns (v4/v5)", launch_ember_columns},
+      {"split L8 f4", launch_columns_split<8>},
+      {"batch C4 T1024 L8", launch_columns_batch<4, 1024, 8>, nullptr, batch_config<4, 1024, 8>},
+      {"batch C8 T1024 L8", launch_columns_batch<8, 1024, 8>, nullptr, batch_config<8, 1024, 8>},
+      {"batch C16 T512 L8", launch_columns_batch<16, 512, 8>, nullptr, batch_config<16, 512, 8>},
+      {"batch C32 T512 L8", launch_columns_batch<32, 512, 8>, nullptr, batch_config<32, 512, 8>},
+      {"batch C32 T256 L16", launch_columns_batch<32, 256, 16>, nullptr, batch_config<32, 256, 16>},
+      {"batch C16 T512 L8 push", launch_columns_batch<16, 512, 8, true>, nullptr, batch_config<16, 512, 8, true>},
+      {"batch C32 T512 L8 push", launch_columns_batch<32, 512, 8, true>, nullptr, batch_config<32, 512, 8, true>},
+      {"batch C8 T1024 L8 push", launch_columns_batch<8, 1024, 8, true>, nullptr, batch_config<8, 1024, 8, true>},
+  };
+  const std::vector<Shape> column2_shapes = {{2048, 4096}, {2048, 8192}, {2048, 7168}, {2304, 9216}, {2048, 6144},
+                                             {2304, 2048}, {2048, 2048}, {768, 2048},  {512, 2048}};
+
+  if (wanted("rows")) run_layout("rows", true, row_shapes, row_variants, pool, pool_bytes, base);
+  if (wanted("columns")) run_layout("columns", false, column_shapes, column_variants, pool, pool_bytes, base);
+  if (wanted("columns2")) run_layout("columns2", false, column2_shapes, column2_variants, pool, pool_bytes, base);
   CHECK(cudaFree(pool));
   CHECK(cudaFree(const_cast<bf16*>(base.x)));
   CHECK(cudaFree(base.y));
