@@ -17,7 +17,19 @@
 // alone is ~4e-3 of a value).
 //
 // Prints one line per (variant, shape): microseconds per launch, TB/s over the weight bytes, and
-// the speedup over ember's current kernel for that shape (> 1: faster).
+// the speedup over the baseline (ember's kernel for that shape as of v5, commit 4557c2f; > 1:
+// faster). The rows and columns sections led to gemv.cu's v6; columns2 is the next round.
+//
+// Measured (H200, 2026-11-30; docs/perf-runs/2026-11-30-s5-probes.txt):
+//   rows: "unpred L4" 1.07-1.25x over v5 on all six shapes (28672x8192 134.8 -> 108.7 us), taken
+//     into v6; smem, pipe and multi-row variants at most as good, except multi R4 L2 noL1 on
+//     2304x9216 (1.20x).
+//   columns: "cluster C16/C32 T256 L8" 1.06-1.07x on the lm_head shapes (taken into v6 for
+//     N >= 100000); nothing won the 16-32 MB shapes.
+//   columns2 (16-32 MB shapes): "batch C16 T512 L8 push" 1.04-1.14x on 2048x{2048, 6144, 7168,
+//     8192}, 768x2048 and 512x2048, but 0.94-0.98x on 2304x2048, 2304x9216 and 2048x4096, where
+//     "batch C4 T1024 L8" (no cluster, 128 blocks) is best at 1.05x (7.20 vs 7.58 us). Not
+//     integrated yet.
 //
 // Build and run on the GPU machine (no CMake needed):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/gemv_probe.cu -o /tmp/gemv_probe && /tmp/gemv_probe
@@ -44,8 +56,8 @@ constexpr int kThreads = 256;  // ember's block size for both layouts
 constexpr int kVec = 8;        // bf16 per 16-byte load
 
 // ---------------------------------------------------------------------------------------------
-// ember's kernels as in src/cuda/gemv.cu (T = bf16, one input row, 16-byte path), unchanged but
-// for the template parameters these shapes fix.
+// ember's v5 kernels as in src/cuda/gemv.cu at 4557c2f (T = bf16, one input row, 16-byte path),
+// unchanged but for the template parameters these shapes fix.
 
 template <class T> struct alignas(16) Vec { T v[16 / sizeof(T)]; };
 
