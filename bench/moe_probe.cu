@@ -18,6 +18,9 @@
 //               warp per expert row, the last block picks the top 8 into ids), gate_up (rows L2
 //               W8 at 6/SM, experts from ids) and down (S1 or S8, experts from ids), with and
 //               without programmatic dependent launch.
+//   fused       the same layer as ONE cooperative kernel (every block resident), phases split by
+//               grid barriers, each warp's first down row requested before the barrier that
+//               waits for h: what the chain's kernel boundaries cost (not measured yet).
 // Prints one line per variant: microseconds per launch and TB/s over the bytes it reads.
 //
 // Measured (H200, 2026-11-30, session 5): stream 12.3-13.6 us (the floor: 3.7-4.1 TB/s); rows
@@ -171,14 +174,9 @@ __global__ void __launch_bounds__(256) down_kernel(const uint4* __restrict__ w, 
   }
 }
 
-// The chain's router: warp e computes x . router row e (E rows of 4 KB, 8 loads in flight per
-// lane), then the last block to finish picks the top 8 (one warp, 8 rounds of a warp max) and
-// writes ids, shifted by `salt` so that every launch reads other experts.
-constexpr int kRouterBlocks = kExperts / 4;
-__global__ void __launch_bounds__(128) router_kernel(const uint4* __restrict__ r, const uint4* __restrict__ x, int salt,
-                                                     float* __restrict__ logits, unsigned* __restrict__ ticket, int* __restrict__ ids) {
-  pdl_trigger();
-  const int lane = threadIdx.x % 32, e = blockIdx.x * 4 + threadIdx.x / 32;
+// One warp: x . router row e (4 KB, 8 loads in flight per lane), reduced over the warp.
+__device__ __forceinline__ float router_logit(const uint4* __restrict__ r, const uint4* x, int e) {
+  const int lane = threadIdx.x % 32;
   constexpr int kChunks = kHidden / 8;
   uint4 v[8];
 #pragma unroll
@@ -188,17 +186,16 @@ __global__ void __launch_bounds__(128) router_kernel(const uint4* __restrict__ r
   for (int l = 0; l < 8; ++l) acc = dot8(v[l], x[lane + l * 32], acc);
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) logits[e] = acc;
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last || threadIdx.x >= 32) return;
-  __threadfence();
+  return acc;
+}
+
+// One warp: the top 8 of the E logits (8 rounds of a warp max), shifted by `salt` so that every
+// launch reads other experts, into ids[0..7]. L2 loads: the logits come from other blocks.
+__device__ __forceinline__ void warp_top8(const float* logits, int salt, int* ids) {
+  const int lane = threadIdx.x % 32;
   float mine[kExperts / 32];
 #pragma unroll
-  for (int i = 0; i < kExperts / 32; ++i) mine[i] = logits[lane + 32 * i];
+  for (int i = 0; i < kExperts / 32; ++i) mine[i] = __ldcg(logits + lane + 32 * i);
   for (int j = 0; j < kTopK; ++j) {
     float best = -INFINITY;
     int best_i = 0;
@@ -212,7 +209,125 @@ __global__ void __launch_bounds__(128) router_kernel(const uint4* __restrict__ r
       mine[best_i] = -INFINITY;
     }
   }
-  if (lane == 0) *ticket = 0;
+}
+
+// The chain's router: warp e computes logit e, then the last block to finish picks the top 8.
+constexpr int kRouterBlocks = kExperts / 4;
+__global__ void __launch_bounds__(128) router_kernel(const uint4* __restrict__ r, const uint4* __restrict__ x, int salt,
+                                                     float* __restrict__ logits, unsigned* __restrict__ ticket, int* __restrict__ ids) {
+  pdl_trigger();
+  const int e = blockIdx.x * 4 + threadIdx.x / 32;
+  const float logit = router_logit(r, x, e);
+  if (threadIdx.x % 32 == 0) logits[e] = logit;
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last || threadIdx.x >= 32) return;
+  __threadfence();
+  warp_top8(logits, salt, ids);
+  if (threadIdx.x == 0) *ticket = 0;
+}
+
+// fused: the whole T = 1 layer as ONE cooperative kernel (every block resident), its phases split
+// by grid barriers: the router's logits (one warp per expert); barrier; every block picks the top
+// 8 itself (one warp, from L2); gate_up (one warp per (pair, channel) item, h to global as bf16);
+// then every warp issues its first down row's loads (the weights need only the ids) BEFORE the
+// second barrier (down needs all of h); barrier; down (one warp per (pair, output) row,
+// atomicAdd into out, zeroed in the first phase). The question it answers: how much of the
+// three-kernel chain's time is the launch, ramp and drain between kernels that one kernel, with
+// its down loads in flight across the barrier, avoids.
+struct GridBarrier {
+  unsigned count, generation;
+};
+__device__ void grid_barrier(GridBarrier* b) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    volatile unsigned* generation = &b->generation;
+    const unsigned gen = *generation;
+    __threadfence();  // this block's writes before its arrival
+    if (atomicAdd(&b->count, 1u) == gridDim.x - 1) {
+      atomicExch(&b->count, 0u);
+      __threadfence();
+      atomicAdd(&b->generation, 1u);
+    } else {
+      while (*generation == gen) {}
+    }
+    __threadfence();  // the other blocks' writes after the release
+  }
+  __syncthreads();
+}
+
+constexpr int kFusedThreads = 256, kFusedWarps = kFusedThreads / 32;
+template <int MIN_BLOCKS>
+__global__ void __launch_bounds__(kFusedThreads, MIN_BLOCKS) fused_kernel(const uint4* __restrict__ gate_up_w, const uint4* __restrict__ down_w,
+                                                                          const uint4* __restrict__ router_w, const uint4* __restrict__ x_global,
+                                                                          int salt, float* logits, __nv_bfloat16* h, float* out, GridBarrier* barrier) {
+  __shared__ uint4 x[kHidden / 8];
+  __shared__ int ids[kTopK];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int gw = blockIdx.x * kFusedWarps + warp, warps = gridDim.x * kFusedWarps;
+  for (int i = threadIdx.x; i < kHidden / 8; i += kFusedThreads) x[i] = x_global[i];
+  for (int i = blockIdx.x * kFusedThreads + threadIdx.x; i < kHidden; i += gridDim.x * kFusedThreads) out[i] = 0.f;
+  __syncthreads();
+  if (gw < kExperts) {
+    const float logit = router_logit(router_w, x, gw);
+    if (lane == 0) logits[gw] = logit;
+  }
+  grid_barrier(barrier);
+  if (warp == 0) warp_top8(logits, salt, ids);
+  __syncthreads();
+  // gate_up: item q = (pair q / I, channel q % I), 2 loads per row in flight (as rows L2).
+  constexpr int kChunks = kHidden / 8, L = 2;
+  for (int q = gw; q < kTopK * kInter; q += warps) {
+    const int j = q / kInter, i = q % kInter;
+    const uint4* g = gate_up_w + (ids[j] * kExpertBytes + i * kRowBytes) / 16;
+    const uint4* u = g + kMatrixBytes / 16;
+    float gs = 0.f, us = 0.f;
+    for (int c0 = lane; c0 < kChunks; c0 += L * 32) {
+      uint4 gv[L], uv[L];
+#pragma unroll
+      for (int l = 0; l < L; ++l) {
+        gv[l] = g[c0 + l * 32];
+        uv[l] = u[c0 + l * 32];
+      }
+#pragma unroll
+      for (int l = 0; l < L; ++l) {
+        gs = dot8(gv[l], x[c0 + l * 32], gs);
+        us = dot8(uv[l], x[c0 + l * 32], us);
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+      gs += __shfl_xor_sync(0xffffffffu, gs, off);
+      us += __shfl_xor_sync(0xffffffffu, us, off);
+    }
+    if (lane == 0) h[j * kInter + i] = __float2bfloat16(gs / (1.f + __expf(-gs)) * us);
+  }
+  // down: item d = (pair d % 8, output d / 8): one 1.5 KB row, 3 loads per lane; the first
+  // item's loads go out before the barrier.
+  constexpr int kDownChunks = kInter / 8, kDownLoads = kDownChunks / 32;
+  const auto down_row = [&](int d) { return down_w + (ids[d % kTopK] * kDownExpertBytes + (d / kTopK) * kDownRowBytes) / 16; };
+  uint4 v[kDownLoads];
+  if (gw < kTopK * kHidden) {
+#pragma unroll
+    for (int l = 0; l < kDownLoads; ++l) v[l] = down_row(gw)[lane + l * 32];
+  }
+  grid_barrier(barrier);
+  const uint4* h_rows = reinterpret_cast<const uint4*>(h);
+  for (int d = gw; d < kTopK * kHidden; d += warps) {
+    if (d != gw) {
+#pragma unroll
+      for (int l = 0; l < kDownLoads; ++l) v[l] = down_row(d)[lane + l * 32];
+    }
+    float acc = 0.f;
+#pragma unroll
+    for (int l = 0; l < kDownLoads; ++l) acc = dot8(v[l], __ldcg(h_rows + (d % kTopK) * kDownChunks + lane + l * 32), acc);
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (lane == 0) atomicAdd(out + d / kTopK, acc);
+  }
 }
 
 // launch with the programmatic-serialization attribute when `pdl`.
@@ -328,6 +443,36 @@ int main() {
         down_part(s, c, pdl, split);
       }, choices), kLaunchBytes + kDownBytes);
     }
+  // fused: one cooperative launch per layer, as many blocks as fit (MIN_BLOCKS per SM requested).
+  GridBarrier* barrier = nullptr;
+  CHECK(cudaMalloc(&barrier, sizeof(GridBarrier)));
+  CHECK(cudaMemset(barrier, 0, sizeof(GridBarrier)));
+  float* fused_out = nullptr;
+  CHECK(cudaMalloc(&fused_out, kHidden * sizeof(float)));
+  const auto fused = [&](auto kernel, const char* name) {
+    int per_sm = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFusedThreads, 0));
+    cudaLaunchAttribute cooperative{};
+    cooperative.id = cudaLaunchAttributeCooperative;
+    cooperative.val.cooperative = 1;
+    const auto bf16_h = reinterpret_cast<__nv_bfloat16*>(h);
+    char label[64];
+    std::snprintf(label, sizeof label, "%s (%d/SM)", name, per_sm);
+    report(label, time_choices([&](cudaStream_t s, const Chosen& c) {
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(per_sm * sms);
+      config.blockDim = dim3(kFusedThreads);
+      config.stream = s;
+      config.attrs = &cooperative;
+      config.numAttrs = 1;
+      CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<const uint4*>(w), static_cast<const uint4*>(down),
+                               static_cast<const uint4*>(down), static_cast<const uint4*>(x), c.experts[0], logits, bf16_h, fused_out, barrier));
+    }, choices), kLaunchBytes + kDownBytes);
+  };
+  fused(fused_kernel<6>, "fused layer");
+  fused(fused_kernel<4>, "fused layer");
+  CHECK(cudaFree(barrier));
+  CHECK(cudaFree(fused_out));
   CHECK(cudaFree(ticket));
   CHECK(cudaFree(ids));
   CHECK(cudaFree(logits));
