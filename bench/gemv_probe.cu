@@ -312,19 +312,12 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// rows "unpred L NO_L1": a warp per row; main loop of full batches of L chunks per lane with no
-// predicates (addresses = one pointer + immediate offsets u * 512 bytes), then one predicated
-// tail batch. SASS: L4 32 registers, weight and x loads in pairs, 2 weight loads before the
-// first FFMA (no better than ember's); L8 48 registers, 3-4 weight loads before the first FFMA
-// (ptxas hoists the global x loads between them), the rest one per few FFMAs. NO_L1 changes
-// only the load flavour (LDG.E.NA).
+// One warp's dot product of its row (wr, this lane's first chunk) with x (xr, likewise): full
+// batches of L chunks per lane with no predicates (one pointer + immediate offsets), then one
+// predicated tail batch; the warp's sum. Shared by the "unpred" and "smem" variants, which differ
+// only in where x lives.
 template <int L, bool NO_L1>
-__global__ void __launch_bounds__(kThreads) rows_unpred_kernel(const uint4* __restrict__ w, int ldw_vec, const uint4* __restrict__ x,
-                                                               bf16* __restrict__ y, int n_rows, int n_vec) {
-  const int lane = threadIdx.x % 32, row = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
-  if (row >= n_rows) return;  // the whole warp
-  const uint4* wr = w + static_cast<size_t>(row) * ldw_vec + lane;
-  const uint4* xr = x + lane;
+__device__ __forceinline__ float warp_row_dot(const uint4* wr, const uint4* xr, int n_vec, int lane) {
   float acc = 0.f;
   int i = 0;
   for (; i + L * 32 <= n_vec; i += L * 32) {
@@ -342,7 +335,21 @@ __global__ void __launch_bounds__(kThreads) rows_unpred_kernel(const uint4* __re
     for (int u = 0; u < L; ++u)
       if (i + u * 32 + lane < n_vec) acc = dot8(v[u], xr[i + u * 32], acc);
   }
-  acc = warp_sum(acc);
+  return warp_sum(acc);
+}
+
+// rows "unpred L NO_L1": a warp per row; main loop of full batches of L chunks per lane with no
+// predicates (addresses = one pointer + immediate offsets u * 512 bytes), then one predicated
+// tail batch. SASS: L4 32 registers, weight and x loads in pairs, 2 weight loads before the
+// first FFMA (no better than ember's); L8 48 registers, 3-4 weight loads before the first FFMA
+// (ptxas hoists the global x loads between them), the rest one per few FFMAs. NO_L1 changes
+// only the load flavour (LDG.E.NA).
+template <int L, bool NO_L1>
+__global__ void __launch_bounds__(kThreads) rows_unpred_kernel(const uint4* __restrict__ w, int ldw_vec, const uint4* __restrict__ x,
+                                                               bf16* __restrict__ y, int n_rows, int n_vec) {
+  const int lane = threadIdx.x % 32, row = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
+  if (row >= n_rows) return;  // the whole warp
+  const float acc = warp_row_dot<L, NO_L1>(w + static_cast<size_t>(row) * ldw_vec + lane, x + lane, n_vec, lane);
   if (lane == 0) y[row] = __float2bfloat16_rn(acc);
 }
 
@@ -401,26 +408,7 @@ __global__ void __launch_bounds__(kThreads) rows_smem_kernel(const uint4* __rest
   __syncthreads();
   const int lane = threadIdx.x % 32, row = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
   if (row >= n_rows) return;
-  const uint4* wr = w + static_cast<size_t>(row) * ldw_vec + lane;
-  const uint4* xr = xs + lane;
-  float acc = 0.f;
-  int i = 0;
-  for (; i + L * 32 <= n_vec; i += L * 32) {
-    uint4 v[L];
-#pragma unroll
-    for (int u = 0; u < L; ++u) v[u] = load_weight<true>(wr + i + u * 32);
-#pragma unroll
-    for (int u = 0; u < L; ++u) acc = dot8(v[u], xr[i + u * 32], acc);
-  }
-  if (i < n_vec) {
-    uint4 v[L];
-#pragma unroll
-    for (int u = 0; u < L; ++u) v[u] = i + u * 32 + lane < n_vec ? load_weight<true>(wr + i + u * 32) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int u = 0; u < L; ++u)
-      if (i + u * 32 + lane < n_vec) acc = dot8(v[u], xr[i + u * 32], acc);
-  }
-  acc = warp_sum(acc);
+  const float acc = warp_row_dot<L, true>(w + static_cast<size_t>(row) * ldw_vec + lane, xs + lane, n_vec, lane);
   if (lane == 0) y[row] = __float2bfloat16_rn(acc);
 }
 
