@@ -49,6 +49,7 @@
 #include <string>
 #include <vector>
 
+#include "probe_bf16.cuh"
 #include "probe_timing.cuh"
 
 using bf16 = __nv_bfloat16;
@@ -119,6 +120,18 @@ __global__ void __launch_bounds__(kThreads) ember_rows_kernel(const bf16* __rest
 
 constexpr int kSlices = 8;  // K slices per block in ember's columns kernel (v4)
 
+// With K split over gridDim.y blocks per column tile (blockIdx.x): true in the last of them to
+// finish (by ticket), which then sees every other block's writes. Every thread of the block calls it.
+__device__ bool last_split_of_tile(unsigned* tickets) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&tickets[blockIdx.x], 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
 // ember columns_kernel<bf16, true> (v4): 32 threads x 16 bytes across a tile of 256 columns, 8
 // slices of K down the block, gridDim.y splits K; with splits every block adds into `accum`, the
 // last block of the tile (ticket) writes y and zeroes accum and the ticket for the next launch.
@@ -177,13 +190,7 @@ __global__ void __launch_bounds__(kThreads) ember_columns_kernel(const bf16* __r
     }
   }
   if (!split) return;
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&tickets[blockIdx.x], 1u) == gridDim.y - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_split_of_tile(tickets)) return;
   for (int t = threadIdx.x; t < kTile; t += kThreads) {
     const int64_t col = static_cast<int64_t>(blockIdx.x) * kTile + t;
     if (col >= n) continue;
@@ -283,16 +290,6 @@ __global__ void __launch_bounds__(THREADS) cluster_columns_kernel(const bf16* __
 // ---------------------------------------------------------------------------------------------
 // Variants. They work on raw 16-byte chunks (uint4) with 32-bit indices inside a row and unpack
 // bf16 by shifts (the same arithmetic as __bfloat162float).
-
-__device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
-  const uint32_t ws[4] = {w.x, w.y, w.z, w.w}, xs[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    acc = fmaf(__uint_as_float(ws[i] << 16), __uint_as_float(xs[i] << 16), acc);
-    acc = fmaf(__uint_as_float(ws[i] & 0xFFFF0000u), __uint_as_float(xs[i] & 0xFFFF0000u), acc);
-  }
-  return acc;
-}
 
 // A weight chunk: read-only path, or read-only and not kept in L1 (the weights stream through
 // once; x, read by every warp, stays in L1).
@@ -543,13 +540,7 @@ __global__ void __launch_bounds__(kThreads) columns_split_kernel(const uint4* __
     }
   }
   if (!split) return;
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&tickets[blockIdx.x], 1u) == gridDim.y - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_split_of_tile(tickets)) return;
   if (owns) {
     float4* a = reinterpret_cast<float4*>(&accum[col]);
     const float4 v = __ldcg(a);
@@ -787,23 +778,34 @@ template <int L> void launch_rows_smem(const Problem& p, const bf16* w, cudaStre
                                                                      reinterpret_cast<const uint4*>(p.x), p.y, p.s.n, p.s.k / kVec);
 }
 
+// A launch of `tiles` x `cluster` blocks of `threads`, one cluster per column tile (blockIdx.y =
+// rank), as gemv.cu's ClusterLaunch; the attribute lives as long as the config that points to it.
+struct ClusterLaunch {
+  cudaLaunchAttribute attribute{};
+  cudaLaunchConfig_t config{};
+  ClusterLaunch(int tiles, int cluster, int threads, cudaStream_t stream) {
+    config.gridDim = dim3(tiles, cluster);
+    config.blockDim = dim3(threads);
+    config.stream = stream;
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = 1;
+    attribute.val.clusterDim.y = cluster;
+    attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
 // The largest cluster (16 or the portable 8) `kernel` may use with THREADS-thread blocks, as
 // gemv.cu's cluster_size_limit decides it.
 template <class Kernel> int cluster_limit(Kernel kernel, int threads) {
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  cudaLaunchConfig_t config{};
-  cudaLaunchAttribute attribute{};
-  config.gridDim = dim3(1, 16);
-  config.blockDim = dim3(threads);
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = 1;
-  attribute.val.clusterDim.y = 16;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  const ClusterLaunch launch(1, 16, threads, nullptr);
   int largest = 0, clusters = 0;
-  CHECK(cudaOccupancyMaxPotentialClusterSize(&largest, kernel, &config));
-  if (largest >= 16) CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+  CHECK(cudaOccupancyMaxPotentialClusterSize(&largest, kernel, &launch.config));
+  if (largest >= 16) CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config));
   return clusters > 0 ? 16 : 8;
 }
 
@@ -811,20 +813,9 @@ template <class Kernel> int cluster_limit(Kernel kernel, int threads) {
 template <int COLS, int THREADS, int LOADS, bool X_SMEM = false>
 void launch_cluster(const Problem& p, const bf16* w, cudaStream_t st, int cluster) {
   const auto kernel = cluster_columns_kernel<COLS, THREADS, LOADS, X_SMEM>;  // cluster_limit allowed clusters of 16
-  cudaLaunchConfig_t config{};
-  cudaLaunchAttribute attribute{};
-  const int tiles = (p.s.n + COLS * kVec - 1) / (COLS * kVec);
-  config.gridDim = dim3(tiles, cluster);
-  config.blockDim = dim3(THREADS);
-  config.stream = st;
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = 1;
-  attribute.val.clusterDim.y = cluster;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  const ClusterLaunch launch((p.s.n + COLS * kVec - 1) / (COLS * kVec), cluster, THREADS, st);
   const int64_t k_per_rank = (p.s.k + cluster - 1) / cluster;
-  CHECK(cudaLaunchKernelEx(&config, kernel, w, static_cast<int64_t>(p.s.n), p.x, static_cast<const bf16*>(nullptr), p.y,
+  CHECK(cudaLaunchKernelEx(&launch.config, kernel, w, static_cast<int64_t>(p.s.n), p.x, static_cast<const bf16*>(nullptr), p.y,
                            static_cast<int64_t>(p.s.n), static_cast<int64_t>(p.s.k), k_per_rank));
 }
 
@@ -897,17 +888,8 @@ template <class Kernel> int resident_clusters(Kernel kernel, int threads, int cl
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, threads, 0));
     count *= sms;
   } else {
-    cudaLaunchConfig_t config{};
-    cudaLaunchAttribute attribute{};
-    config.gridDim = dim3(1, cluster);
-    config.blockDim = dim3(threads);
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = 1;
-    attribute.val.clusterDim.y = cluster;
-    attribute.val.clusterDim.z = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    CHECK(cudaOccupancyMaxActiveClusters(&count, kernel, &config));
+    const ClusterLaunch launch(1, cluster, threads, nullptr);
+    CHECK(cudaOccupancyMaxActiveClusters(&count, kernel, &launch.config));
   }
   return cache[key] = count;
 }
@@ -948,18 +930,8 @@ template <int COLS, int THREADS, int L, bool PUSH = false> void launch_columns_b
     kernel<<<tiles, THREADS, 0, st>>>(bv, p.s.n / kVec, p.x, p.y, p.s.n, p.s.k, k_per_rank);
     return;
   }
-  cudaLaunchConfig_t config{};
-  cudaLaunchAttribute attribute{};
-  config.gridDim = dim3(tiles, cluster);
-  config.blockDim = dim3(THREADS);
-  config.stream = st;
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = 1;
-  attribute.val.clusterDim.y = cluster;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  CHECK(cudaLaunchKernelEx(&config, kernel, bv, p.s.n / kVec, p.x, p.y, p.s.n, p.s.k, k_per_rank));
+  const ClusterLaunch launch(tiles, cluster, THREADS, st);
+  CHECK(cudaLaunchKernelEx(&launch.config, kernel, bv, p.s.n / kVec, p.x, p.y, p.s.n, p.s.k, k_per_rank));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@
 
 #include <random>
 
+#include "probe_bf16.cuh"
 #include "probe_timing.cuh"
 
 constexpr int kExperts = 128, kTopK = 8, kInter = 768, kHidden = 2048;
@@ -67,16 +68,6 @@ __global__ void __launch_bounds__(256) stream_kernel(const uint4* __restrict__ w
     for (int u = 0; u < L; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
   if (acc == 0x12345678u) out[0] = acc;  // keeps the loads; practically never true
-}
-
-__device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
-  const uint32_t ws[4] = {w.x, w.y, w.z, w.w}, xs[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    acc = fmaf(__uint_as_float(ws[i] << 16), __uint_as_float(xs[i] << 16), acc);
-    acc = fmaf(__uint_as_float(ws[i] & 0xFFFF0000u), __uint_as_float(xs[i] & 0xFFFF0000u), acc);
-  }
-  return acc;
 }
 
 // Programmatic dependent launch (the chain section): the next kernel's blocks may start once every
