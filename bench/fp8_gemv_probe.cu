@@ -69,6 +69,7 @@
 #include <string>
 #include <vector>
 
+#include "probe_bf16.cuh"
 #include "probe_timing.cuh"
 
 using bf16 = __nv_bfloat16;
@@ -534,15 +535,7 @@ void run_shape(Shape s, const std::vector<Variant>& variants, uint8_t* pool, siz
       CHECK(cudaGetLastError());
       CHECK(cudaDeviceSynchronize());
       CHECK(cudaMemcpy(y_host.data(), y_dev, s.n * sizeof(bf16), cudaMemcpyDeviceToHost));
-      double err = 0.0;
-      for (int n = 0; n < s.n; ++n) {
-        const uint32_t u = static_cast<uint32_t>(y_host[n]) << 16;
-        float f;
-        std::memcpy(&f, &u, 4);
-        const double e = std::fabs(f - ref[n]);
-        err = std::isnan(e) ? INFINITY : std::max(err, e);
-      }
-      err /= ref_max;
+      const double err = max_relative_error(y_host.data(), ref.data(), s.n, ref_max);
       const float us = time_graph(
           [&](cudaStream_t st) {
             for (int c = 0; c < p.copies; ++c) v.launch(p, p.w(c), st);

@@ -1005,12 +1005,7 @@ void run_layout(const char* layout, bool rows, const std::vector<Shape>& shapes,
       CHECK(cudaGetLastError());
       CHECK(cudaDeviceSynchronize());
       CHECK(cudaMemcpy(y_host.data(), p.y, s.n * sizeof(bf16), cudaMemcpyDeviceToHost));
-      double err = 0.0;
-      for (int n = 0; n < s.n; ++n) {
-        const double e = std::fabs(to_double(y_host[n]) - ref[n]);
-        err = std::isnan(e) ? INFINITY : std::max(err, e);
-      }
-      err /= ref_max;
+      const double err = max_relative_error(y_host.data(), ref.data(), s.n, ref_max);
       const float us = time_graph(
           [&](cudaStream_t st) {
             for (int c = 0; c < p.copies; ++c) v.launch(p, p.w(c), st);

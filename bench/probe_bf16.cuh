@@ -1,9 +1,13 @@
-// The bf16 arithmetic shared by the standalone probes (bench/moe_probe.cu, bench/gemv_probe.cu):
-// one 16-byte chunk (8 bf16) of weights dotted with one of x, unpacked by shifts (the same
-// arithmetic as __bfloat162float), added to acc.
+// The bf16 arithmetic shared by the standalone probes (bench/moe_probe.cu, bench/gemv_probe.cu,
+// bench/fp8_gemv_probe.cu): one 16-byte chunk (8 bf16) of weights dotted with one of x, unpacked
+// by shifts (the same arithmetic as __bfloat162float), added to acc; and the check of a probe's
+// bf16 output against its float64 reference.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
   const uint32_t ws[4] = {w.x, w.y, w.z, w.w}, xs[4] = {x.x, x.y, x.z, x.w};
@@ -13,4 +17,17 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc)
     acc = fmaf(__uint_as_float(ws[i] & 0xFFFF0000u), __uint_as_float(xs[i] & 0xFFFF0000u), acc);
   }
   return acc;
+}
+
+// max |y - ref| / ref_max over n bf16 outputs given as raw bits; a NaN output counts as infinite.
+inline double max_relative_error(const uint16_t* y_bits, const double* ref, int n, double ref_max) {
+  double err = 0.0;
+  for (int i = 0; i < n; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(y_bits[i]) << 16;
+    float y;
+    std::memcpy(&y, &bits, 4);
+    const double e = std::fabs(y - ref[i]);
+    err = std::isnan(e) ? INFINITY : std::max(err, e);
+  }
+  return err / ref_max;
 }
