@@ -517,7 +517,6 @@ void run_shape(Shape s, const std::vector<Variant>& variants, uint8_t* pool, siz
     for (int k = 0; k < s.k; ++k) acc += table[wr[k]] * xd[k];
     dot[n] = acc * sa_host;
   }
-  std::vector<uint16_t> y_host(s.n);
   for (const bool rowwise : {false, true}) {
     p.sc = Scales{sa_dev, sb_dev, rowwise};
     std::vector<double> ref(s.n);
@@ -530,17 +529,8 @@ void run_shape(Shape s, const std::vector<Variant>& variants, uint8_t* pool, siz
                 p.copies, "variant", "us", "TB/s", "speedup", "err");
     float base_us = 0.f;
     for (const Variant& v : variants) {
-      CHECK(cudaMemset(y_dev, 0xff, s.n * sizeof(bf16)));  // NaN: a variant that skips outputs fails
-      v.launch(p, p.w(p.copies - 1), nullptr);
-      CHECK(cudaGetLastError());
-      CHECK(cudaDeviceSynchronize());
-      CHECK(cudaMemcpy(y_host.data(), y_dev, s.n * sizeof(bf16), cudaMemcpyDeviceToHost));
-      const double err = max_relative_error(y_host.data(), ref.data(), s.n, ref_max);
-      const float us = time_graph(
-          [&](cudaStream_t st) {
-            for (int c = 0; c < p.copies; ++c) v.launch(p, p.w(c), st);
-          },
-          p.copies);
+      const auto [err, us] =
+          check_and_time([&](int c, cudaStream_t st) { v.launch(p, p.w(c), st); }, p.copies, y_dev, s.n, ref, ref_max);
       if (base_us == 0.f) base_us = us;
       std::printf("%-16s %9.2f %8.2f %7.3fx %9.1e%s\n", v.name.c_str(), us, bytes / us / 1e6, base_us / us, err, err > 1e-2 ? " FAIL" : "");
     }

@@ -8,6 +8,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
+
+#include "probe_timing.cuh"
 
 __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
   const uint32_t ws[4] = {w.x, w.y, w.z, w.w}, xs[4] = {x.x, x.y, x.z, x.w};
@@ -30,4 +33,24 @@ inline double max_relative_error(const uint16_t* y_bits, const double* ref, int 
     err = std::isnan(e) ? INFINITY : std::max(err, e);
   }
   return err / ref_max;
+}
+
+struct CheckedTime {
+  double err;  // max_relative_error of one launch's output
+  float us;    // per launch, a graph launching every copy once (time_graph)
+};
+// A probe variant's check and time: `launch(copy, stream)` runs it on weight copy `copy`. One
+// launch on the last copy writes y (n bf16 on the device, filled with NaN first so a kernel that
+// skips outputs fails), checked against ref; then every copy once per replay, timed.
+template <class Launch>
+CheckedTime check_and_time(Launch launch, int copies, void* y, int n, const std::vector<double>& ref, double ref_max) {
+  std::vector<uint16_t> y_host(n);
+  CHECK(cudaMemset(y, 0xff, n * sizeof(uint16_t)));
+  launch(copies - 1, cudaStream_t{});
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  CHECK(cudaMemcpy(y_host.data(), y, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+  const double err = max_relative_error(y_host.data(), ref.data(), n, ref_max);
+  const float us = time_graph([&](cudaStream_t stream) { for (int c = 0; c < copies; ++c) launch(c, stream); }, copies);
+  return {err, us};
 }
