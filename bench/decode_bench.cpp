@@ -66,8 +66,9 @@ void bench_softmax(int64_t rows, int64_t vocab) {
              rows, vocab, us, nbytes / us / 1e3, rel_err);
 }
 
-// FP8 scaled_mm: a [M, K] e4m3fn, b = w.t() of w [N, K]; bf16 out. For decode shapes (M <= 16)
-// also ember's bf16 GEMV on the same shape ("bf16_us"), the speedup FP8 is for.
+// FP8 scaled_mm: a [M, K] e4m3fn, b = w.t() of w [N, K]; bf16 out. mode: tensorwise or rowwise,
+// with "-fast" for use_fast_accum. For decode shapes (M <= 16) also ember's bf16 GEMV on the same
+// shape ("bf16_us"), the speedup FP8 is for.
 void bench_scaled_mm(int64_t m, int64_t k, int64_t n, const std::string& mode) {
   const Device gpu = Device::cuda();
   const bool decode = m <= 16;
@@ -75,18 +76,18 @@ void bench_scaled_mm(int64_t m, int64_t k, int64_t n, const std::string& mode) {
   std::vector<Tensor> ws;
   for (int64_t c = 0; c < copies; ++c) ws.push_back(randn({n, k}, kFloat32, gpu, 300 + c).to(kFloat8_e4m3fn));
   const Tensor a = randn({m, k}, kFloat32, gpu, 8).to(kFloat8_e4m3fn);
-  const bool rowwise = mode == "rowwise";
+  const bool rowwise = mode.rfind("rowwise", 0) == 0, fast = mode.ends_with("-fast");
   const Tensor sa = rowwise ? add(rand({m, 1}, kFloat32, gpu, 9), 0.1) : scalar_tensor(0.5, kFloat32, gpu);
   const Tensor sb = rowwise ? add(rand({1, n}, kFloat32, gpu, 10), 0.1) : scalar_tensor(0.25, kFloat32, gpu);
   double rel_err = -1;
   if (decode && k * n <= (64ll << 20)) {
     const Tensor ref = scaled_mm(a.to(Device::cpu()), ws[0].to(Device::cpu()).t(), sa.to(Device::cpu()), sb.to(Device::cpu()));
-    rel_err = bench::relative_error(scaled_mm(a, ws[0].t(), sa, sb), ref);
+    rel_err = bench::relative_error(scaled_mm(a, ws[0].t(), sa, sb, {}, kBFloat16, fast), ref);
   }
   std::vector<std::function<void()>> calls;
   for (int64_t i = 0; i < n_calls; ++i) {
     const Tensor& w = ws[i % copies];
-    calls.push_back([&a, &w, &sa, &sb] { scaled_mm(a, w.t(), sa, sb); });
+    calls.push_back([&a, &w, &sa, &sb, fast] { scaled_mm(a, w.t(), sa, sb, {}, kBFloat16, fast); });
   }
   const double us = bench::time_graph(calls);
   double bf16_us = -1;

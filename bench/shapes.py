@@ -37,6 +37,8 @@ SOFTMAX = [(1, 128256), (1, 129280), (1, 151936), (1, 201088), (1, 248320), (4, 
 # FP8 scaled_mm: (M, K, N) x {tensorwise, rowwise}; decode shapes and large-M throughput.
 SCALED_MM = [(1, 4096, 14336), (2, 4096, 14336), (4, 4096, 14336), (1, 4096, 4096), (1, 2048, 768),
              (1, 8192, 28672), (4096, 4096, 4096), (8192, 8192, 8192)]
+# "-fast": use_fast_accum=True (torch._scaled_mm's flag; ember's scaled_mm overload of that name).
+SCALED_MM_MODES = ("tensorwise", "rowwise", "tensorwise-fast", "rowwise-fast")
 
 
 def gemv_cases():
@@ -52,5 +54,5 @@ if __name__ == "__main__":  # emits the case list for ember's C++ benchmark
     for r, v in SOFTMAX:
         print(f"softmax {r} {v}")
     for m, k, n in SCALED_MM:
-        for mode in ("tensorwise", "rowwise"):
+        for mode in SCALED_MM_MODES:
             print(f"scaled_mm {m} {k} {n} {mode}")

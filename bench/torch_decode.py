@@ -6,7 +6,7 @@ import sys
 
 import torch
 
-from shapes import SCALED_MM, SOFTMAX, gemv_cases
+from shapes import SCALED_MM, SCALED_MM_MODES, SOFTMAX, gemv_cases
 from timing import time_graph
 
 L2_BYTES = 60 * 2**20
@@ -54,11 +54,13 @@ def bench_scaled_mm(m, k, n, mode):
     gen = torch.Generator(device="cuda").manual_seed(0)
     ws = [torch.randn(n, k, device="cuda", generator=gen).to(f8) for _ in range(c)]
     a = torch.randn(m, k, device="cuda", generator=gen).to(f8)
-    if mode == "tensorwise":
+    if mode.startswith("tensorwise"):
         sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(0.25, device="cuda")
     else:
         sa, sb = torch.rand(m, 1, device="cuda") + 0.1, torch.rand(1, n, device="cuda") + 0.1
-    fns = [lambda i=i: torch._scaled_mm(a, ws[i % c].t(), sa, sb, out_dtype=torch.bfloat16) for i in range(calls)]
+    fast = mode.endswith("-fast")
+    fns = [lambda i=i: torch._scaled_mm(a, ws[i % c].t(), sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
+           for i in range(calls)]
     us = time_graph(fns)
     return {"op": "scaled_mm", "case": f"{m} {k} {n} {mode}", "us": us, "gbps": (m * k + nbytes) / us / 1e3,
             "tflops": 2 * m * k * n / us / 1e6}
@@ -74,7 +76,7 @@ def main():
             print(json.dumps({"impl": "torch", **bench_softmax(r, v)}), flush=True)
     if "scaled_mm" in which:
         for m, k, n in SCALED_MM:
-            for mode in ("tensorwise", "rowwise"):
+            for mode in SCALED_MM_MODES:
                 print(json.dumps({"impl": "torch", **bench_scaled_mm(m, k, n, mode)}), flush=True)
 
 

@@ -7,7 +7,7 @@
 namespace ember::cpu {
 
 void scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b, const Tensor& bias,
-               const Tensor& out) {
+               const Tensor& out, bool /*use_fast_accum: always exact here*/) {
   const Tensor acc = mm(a.to(kFloat32), b.to(kFloat32)).contiguous();  // [M, N]
   const int64_t m = out.size(0), n = out.size(1);
   const std::vector<float> sa = scale_a.contiguous().to_vector<float>(), sb = scale_b.contiguous().to_vector<float>();

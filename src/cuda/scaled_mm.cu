@@ -1,6 +1,9 @@
 // scaled_mm on CUDA: out = (a * scale_a) @ (b * scale_b) (+ bias) for FP8 a [M, K], b [K, N].
 //
-// Three paths, chosen per call:
+// Paths (scaled_mm at the end tries fp8_core_gemv, fp8_mma_gemv, fp8_gemv, cuBLASLt, generic):
+//   fp8_core_gemv  M = 1, K <= 12288 on compute capability >= 8.9 (fast paths enabled), the decode
+//               layout below: CUDA-core FMAs over f16-converted weights (see the kernel);
+//               use_fast_accum selects half2 product sums there.
 //   fp8_gemv    M <= 4 where fp8_mma_gemv cannot run (capability < 8.9 or fast paths
 //               disabled), b = w.t() of a row-major weight w [N, K] (the decode layout), both
 //               e4m3fn, out f32/f16/bf16. Reads each weight byte once with 16-byte loads and
@@ -26,11 +29,15 @@
 // weight and activation pair bound it). v3 fp8_mma_gemv (mma.sync e4m3): 17.5 us again, because
 // Hopper has no FP8 mma.sync: for sm_90a ptxas lowers it to conversions + HMMA.16816 (the SASS
 // shows it; Hopper's FP8 tensor cores are reached through wgmma only). Native on sm_89.
+// v4 (session 6) fp8_core_gemv at M = 1, from bench/fp8_gemv_probe.cu, whose "core R2 L4" (the
+// fast mode here) took 15.24 us tensorwise, 15.36 rowwise, against 17.47 / 17.80 for v3.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -271,6 +278,204 @@ void launch_mma_gemv(const Tensor& a, const Tensor& b, const Tensor& sa, const T
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
+// ---- FP8 GEMV on CUDA cores, one activation row -----------------------------------------------
+// out[r] = (sum_k a[k] w[r, k]) * scale_a * scale_b (+ bias[r]) at M = 1. Probed first in
+// bench/fp8_gemv_probe.cu ("core R2 L4"): on Hopper the fp8 mma is conversions + HMMA anyway, so
+// conversions are what bind, and this kernel converts each weight byte once (one F2FP per two
+// bytes, to f16) against x converted once per block into shared memory (fp8_mma_gemv spends
+// 0.75 F2FP per weight byte, fp8_gemv converts x again for every weight row).
+// A warp owns kCoreRows consecutive weight rows; lane j takes the 16-byte chunks j, j + 32, ...
+// of each (512 contiguous bytes per load instruction), L chunks per row per batch, unpredicated
+// (rows past n read row n - 1 and are not written). The first batch is issued before x is staged.
+// Two ways to add the products (use_fast_accum, as torch._scaled_mm's flag):
+//   exact (default)  x staged as f32; each f16 pair widened to f32 and FMA'd: the products and sums
+//                    are the CPU reference's (f32), up to the order of the additions.
+//   fast             x staged as f16; a chunk's 16 products summed as two half2 chains of 8
+//                    (HFMA2), then in f32: ~4e-4 of max|out| on random data, below bf16 output
+//                    rounding. Each x chunk is staged divided by the power of two that brings its
+//                    largest |x| into [1, 2) (kept as the chunk's f32 scale), so |product| < 896 and
+//                    a chain's sum < 7168 (no f16 overflow), and x's large elements times any
+//                    weight (>= 2^-9) stay in f16's normal range.
+constexpr int kCoreWarps = 8;
+constexpr int kCoreRows = 2;
+constexpr int kCoreMaxK = 12288;  // staged x (exact: 4 bytes per element) within the default 48 KB
+
+__device__ __forceinline__ __half2 e4m3x2_to_half2(uint32_t pair) {
+  return __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3));
+}
+
+template <bool FAST> struct CoreStaging;
+// exact: x chunk c (16 values) as four float4 at x[4c..4c+3].
+template <> struct CoreStaging<false> {
+  static constexpr size_t bytes_per_chunk = 4 * sizeof(float4);
+  __device__ static void stage(const uint4& q, int c, void* smem, int) {
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+    float4* x = static_cast<float4*>(smem) + 4 * c;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 lo = __half22float2(e4m3x2_to_half2(words[j])), hi = __half22float2(e4m3x2_to_half2(words[j] >> 16));
+      x[j] = make_float4(lo.x, lo.y, hi.x, hi.y);
+    }
+  }
+  // Chunk c of R weight rows dotted with x's chunk c, added to acc.
+  template <int R> __device__ static void add_chunk(const uint4 (&wq)[R], int c, const void* smem, int, float (&acc)[R]) {
+    const float4* x = static_cast<const float4*>(smem) + 4 * c;
+    const float4 xv[4] = {x[0], x[1], x[2], x[3]};
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint32_t ww[4] = {wq[r].x, wq[r].y, wq[r].z, wq[r].w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 lo = __half22float2(e4m3x2_to_half2(ww[j])), hi = __half22float2(e4m3x2_to_half2(ww[j] >> 16));
+        acc[r] = fmaf(lo.x, xv[j].x, acc[r]);
+        acc[r] = fmaf(lo.y, xv[j].y, acc[r]);
+        acc[r] = fmaf(hi.x, xv[j].z, acc[r]);
+        acc[r] = fmaf(hi.y, xv[j].w, acc[r]);
+      }
+    }
+  }
+};
+// fast: x chunk c as 16 halves in two uint4 at x[2c], x[2c + 1], then one f32 scale per chunk
+// after all of them (scales start at x + 2 * chunks).
+template <> struct CoreStaging<true> {
+  static constexpr size_t bytes_per_chunk = 2 * sizeof(uint4) + sizeof(float);
+  __device__ static void stage(const uint4& q, int c, void* smem, int chunks) {
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+    __half2 h[8];
+    __half2 amax = __float2half2_rn(0.f);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      h[2 * j] = e4m3x2_to_half2(words[j]);
+      h[2 * j + 1] = e4m3x2_to_half2(words[j] >> 16);
+      amax = __hmax2(amax, __hmax2(__habs2(h[2 * j]), __habs2(h[2 * j + 1])));
+    }
+    const float m = fmaxf(__low2float(amax), __high2float(amax));
+    // 2^e <= m < 2^(e + 1), e in [-9, 8]; m = 0 (or NaN, whose products are NaN anyway): e = 0.
+    const int e = m > 0.f ? static_cast<int>((__float_as_uint(m) >> 23) & 0xff) - 127 : 0;
+    const __half2 down = __float2half2_rn(__uint_as_float(static_cast<uint32_t>(127 - e) << 23));
+    uint32_t packed[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const __half2 v = __hmul2(h[j], down);
+      memcpy(&packed[j], &v, 4);
+    }
+    uint4* x = static_cast<uint4*>(smem);
+    x[2 * c] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    x[2 * c + 1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+    reinterpret_cast<float*>(x + 2 * chunks)[c] = __uint_as_float(static_cast<uint32_t>(127 + e) << 23);
+  }
+  template <int R>
+  __device__ static void add_chunk(const uint4 (&wq)[R], int c, const void* smem, int chunks, float (&acc)[R]) {
+    const uint4* x = static_cast<const uint4*>(smem);
+    const uint4 x0 = x[2 * c], x1 = x[2 * c + 1];
+    const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    const float scale = reinterpret_cast<const float*>(x + 2 * chunks)[c];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint32_t ww[4] = {wq[r].x, wq[r].y, wq[r].z, wq[r].w};
+      __half2 sum = __float2half2_rn(0.f);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        __half2 x_lo, x_hi;
+        memcpy(&x_lo, &xw[2 * j], 4);
+        memcpy(&x_hi, &xw[2 * j + 1], 4);
+        sum = __hfma2(e4m3x2_to_half2(ww[j]), x_lo, sum);
+        sum = __hfma2(e4m3x2_to_half2(ww[j] >> 16), x_hi, sum);
+      }
+      acc[r] = fmaf(__low2float(sum) + __high2float(sum), scale, acc[r]);
+    }
+  }
+};
+
+template <int L, bool FAST, class OutT>
+__global__ void __launch_bounds__(kCoreWarps * 32) fp8_core_gemv(const uint4* __restrict__ w, int ldw_chunks,
+                                                                const uint4* __restrict__ a, int chunks, int n,
+                                                                const float* __restrict__ scale_a,
+                                                                const float* __restrict__ scale_b, bool scale_b_per_col,
+                                                                const OutT* __restrict__ bias, OutT* __restrict__ out) {
+  extern __shared__ uint4 x_staged[];
+  using Staging = CoreStaging<FAST>;
+  constexpr int R = kCoreRows;
+  const int lane = threadIdx.x % 32, row0 = (blockIdx.x * kCoreWarps + threadIdx.x / 32) * R;
+  const uint4* row[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) row[r] = w + static_cast<size_t>(min(row0 + r, n - 1)) * ldw_chunks + lane;
+  uint4 batch[R][L];
+  const auto load_batch = [&](int c0) {
+#pragma unroll
+    for (int l = 0; l < L; ++l)
+#pragma unroll
+      for (int r = 0; r < R; ++r) batch[r][l] = __ldg(row[r] + c0 + l * 32);
+  };
+  const bool whole_batches = L * 32 <= chunks;
+  if (whole_batches) load_batch(0);
+  for (int c = threadIdx.x; c < chunks; c += kCoreWarps * 32) Staging::stage(a[c], c, x_staged, chunks);
+  __syncthreads();
+
+  float acc[R] = {};
+  int c0 = 0;
+  if (whole_batches) {
+    for (;;) {
+#pragma unroll
+      for (int l = 0; l < L; ++l) {
+        uint4 wq[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) wq[r] = batch[r][l];
+        Staging::add_chunk(wq, c0 + l * 32 + lane, x_staged, chunks, acc);
+      }
+      c0 += L * 32;
+      if (c0 + L * 32 > chunks) break;
+      load_batch(c0);
+    }
+  }
+  for (int c = c0 + lane; c < chunks; c += 32) {
+    uint4 wq[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) wq[r] = __ldg(row[r] + (c - lane));
+    Staging::add_chunk(wq, c, x_staged, chunks, acc);
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+  if (lane < R && row0 + lane < n) {
+    float v = acc[0];
+#pragma unroll
+    for (int r = 1; r < R; ++r) v = lane == r ? acc[r] : v;
+    const int col = row0 + lane;
+    out[col] = from_float<OutT>(v * scale_a[0] * scale_b[scale_b_per_col ? col : 0] + (bias ? to_float(bias[col]) : 0.f));
+  }
+}
+
+template <int L, bool FAST, class OutT>
+void launch_core_gemv_l(const Tensor& a, const Tensor& b, const Tensor& sa, const Tensor& sb, const Tensor& bias,
+                        const Tensor& out, cudaStream_t stream) {
+  const int n = static_cast<int>(out.size(1)), chunks = static_cast<int>(a.size(1) / 16);
+  const auto blocks = static_cast<unsigned>((n + kCoreWarps * kCoreRows - 1) / (kCoreWarps * kCoreRows));
+  fp8_core_gemv<L, FAST, OutT><<<blocks, kCoreWarps * 32, chunks * CoreStaging<FAST>::bytes_per_chunk, stream>>>(
+      static_cast<const uint4*>(b.raw_data()), static_cast<int>(b.stride(1) / 16), static_cast<const uint4*>(a.raw_data()),
+      chunks, n, sa.data_ptr<float>(), sb.data_ptr<float>(), sb.numel() > 1,
+      bias.defined() ? static_cast<const OutT*>(bias.raw_data()) : nullptr, static_cast<OutT*>(out.raw_data()));
+  EMBER_CUDA_CHECK_LAUNCH();
+}
+
+// L = the largest of 1, 2, 4 loads per row per lane that K still fills as one whole batch.
+template <bool FAST, class OutT>
+void launch_core_gemv(const Tensor& a, const Tensor& b, const Tensor& sa, const Tensor& sb, const Tensor& bias,
+                      const Tensor& out, cudaStream_t stream) {
+  const int64_t per_lane = a.size(1) / 16 / 32;
+  if (per_lane >= 4) return launch_core_gemv_l<4, FAST, OutT>(a, b, sa, sb, bias, out, stream);
+  if (per_lane >= 2) return launch_core_gemv_l<2, FAST, OutT>(a, b, sa, sb, bias, out, stream);
+  launch_core_gemv_l<1, FAST, OutT>(a, b, sa, sb, bias, out, stream);
+}
+
+template <class OutT>
+void launch_core_gemv(const Tensor& a, const Tensor& b, const Tensor& sa, const Tensor& sb, const Tensor& bias,
+                      const Tensor& out, cudaStream_t stream, bool use_fast_accum) {
+  if (use_fast_accum) return launch_core_gemv<true, OutT>(a, b, sa, sb, bias, out, stream);
+  launch_core_gemv<false, OutT>(a, b, sa, sb, bias, out, stream);
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 /// The decode layouts both GEMV kernels take (up to `max_rows` rows of a).
@@ -367,7 +572,7 @@ template <class T> void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttri
 // Runs D[N x M] (column-major, = out [M, N] row-major) = op(W)(N x K) * A^T(K x M) with the FP8
 // operands and the given scales. Returns false when cuBLASLt has no algorithm for the call.
 bool lt_matmul(const Tensor& a, const Tensor& b, const Tensor& sa, const Tensor& sb, const Tensor& bias,
-               const Tensor& out, cudaStream_t stream, int device) {
+               const Tensor& out, bool use_fast_accum, cudaStream_t stream, int device) {
   const bool vector_scales = sa.numel() > 1 || sb.numel() > 1;
   if (vector_scales && (sa.numel() == 1 || sb.numel() == 1)) return false;  // mixed: generic path
   const int64_t m = a.size(0), k = a.size(1), n = out.size(1);
@@ -375,6 +580,8 @@ bool lt_matmul(const Tensor& a, const Tensor& b, const Tensor& sa, const Tensor&
   EMBER_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&desc.h, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_attr(desc.h, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
   set_attr(desc.h, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+  // Off: cuBLASLt promotes the FP8 tensor cores' partial sums to f32 every so often (torch's default).
+  set_attr(desc.h, CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(use_fast_accum));
   // Lt's A is ember's b (op(A) has N rows), Lt's B is ember's a (M columns).
   set_attr(desc.h, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(sb.data_ptr<float>()));
   set_attr(desc.h, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(sa.data_ptr<float>()));
@@ -414,9 +621,16 @@ bool lt_matmul(const Tensor& a, const Tensor& b, const Tensor& sa, const Tensor&
 }  // namespace
 
 void scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b, const Tensor& bias,
-               const Tensor& out) {
+               const Tensor& out, bool use_fast_accum) {
   const int device = out.device().index;
   cudaStream_t stream = current_raw_stream(device);
+  if (gemv_layout(a, b, out, 1) && a.size(1) <= kCoreMaxK && out.size(1) <= INT32_MAX && fast_paths_enabled(device, 89)) {
+    switch (out.dtype()) {
+      case kFloat32: return launch_core_gemv<float>(a, b, scale_a, scale_b, bias, out, stream, use_fast_accum);
+      case kFloat16: return launch_core_gemv<__half>(a, b, scale_a, scale_b, bias, out, stream, use_fast_accum);
+      default: return launch_core_gemv<__nv_bfloat16>(a, b, scale_a, scale_b, bias, out, stream, use_fast_accum);
+    }
+  }
   if (gemv_layout(a, b, out, kMmaMaxRows) && fast_paths_enabled(device, 89)) {
     switch (out.dtype()) {
       case kFloat32: return launch_mma_gemv<float>(a, b, scale_a, scale_b, bias, out, stream);
@@ -433,7 +647,7 @@ void scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Te
     }
   }
   if (!is_fp8(out.dtype()) && lt_layout(a, b, out) && fast_paths_enabled(device, 89) &&
-      lt_matmul(a, b, scale_a, scale_b, bias, out, stream, device)) {
+      lt_matmul(a, b, scale_a, scale_b, bias, out, use_fast_accum, stream, device)) {
     return;
   }
   // Generic: exact decode to f32, one f32 GEMM, then scales, bias and the cast.

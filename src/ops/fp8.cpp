@@ -88,6 +88,11 @@ Tensor dequantize_fp8(const Tensor& q, const Tensor& scale, DType out_dtype) {
 
 Tensor scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                  std::optional<Tensor> bias, DType out_dtype) {
+  return scaled_mm(a, b, scale_a, scale_b, std::move(bias), out_dtype, false);
+}
+
+Tensor scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                 std::optional<Tensor> bias, DType out_dtype, bool use_fast_accum) {
   const char* op = "scaled_mm";
   check_fp8(a, "mat_a");
   check_fp8(b, "mat_b");
@@ -129,7 +134,7 @@ Tensor scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const 
   const Tensor scale_a_flat = tensorwise ? scale_a.reshape({1}) : scale_a;
   const Tensor scale_b_flat = tensorwise ? scale_b.reshape({1}) : scale_b;
   const Tensor bias_flat = bias_t.defined() ? bias_t.reshape({n}) : Tensor();
-  EMBER_DISPATCH(a.device(), scaled_mm, a, b, scale_a_flat, scale_b_flat, bias_flat, out);
+  EMBER_DISPATCH(a.device(), scaled_mm, a, b, scale_a_flat, scale_b_flat, bias_flat, out, use_fast_accum);
   return out;
 }
 

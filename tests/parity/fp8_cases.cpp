@@ -9,15 +9,16 @@ namespace ember::test {
 namespace {
 
 std::vector<Tensor> scaled(Device d, int64_t m, int64_t k, int64_t n, bool rowwise, DType out, bool bias,
-                           bool w_transposed = true, DType b_dtype = kFloat8_e4m3fn) {
-  const Tensor a = randn_on(d, {m, k}, kFloat32, 11).to(kFloat8_e4m3fn);
-  const Tensor b = w_transposed ? randn_on(d, {n, k}, kFloat32, 12).to(b_dtype).t()
+                           bool w_transposed = true, DType b_dtype = kFloat8_e4m3fn, bool fast_accum = false,
+                           double magnitude = 1.0) {
+  const Tensor a = (randn_on(d, {m, k}, kFloat32, 11) * magnitude).to(kFloat8_e4m3fn);
+  const Tensor b = w_transposed ? (randn_on(d, {n, k}, kFloat32, 12) * magnitude).to(b_dtype).t()
                                 : randn_on(d, {k, n}, kFloat32, 12).to(b_dtype);
   const Tensor sa = rowwise ? rand_on(d, {m, 1}, kFloat32, 13) : rand_on(d, {}, kFloat32, 13);
   const Tensor sb = rowwise ? rand_on(d, {1, n}, kFloat32, 14) : rand_on(d, {}, kFloat32, 14);
   std::optional<Tensor> bias_t;
   if (bias) bias_t = randn_on(d, {n}, out, 15);
-  return {scaled_mm(a, b, sa, sb, bias_t, out)};
+  return {scaled_mm(a, b, sa, sb, bias_t, out, fast_accum)};
 }
 
 }  // namespace
@@ -32,6 +33,17 @@ EMBER_PARITY_CASE(scaled_mm_gemv_m9_bf16_bias, { return scaled(d, 9, 1040, 17, t
 EMBER_PARITY_CASE(scaled_mm_gemv_m16_f16, { return scaled(d, 16, 2048, 1001, false, kFloat16, false); });
 EMBER_PARITY_CASE_TOL(scaled_mm_gemv_m1_k16_n1, 1e-3, 1e-3, { return scaled(d, 1, 16, 1, false, kFloat32, false); });
 EMBER_PARITY_CASE(scaled_mm_gemv_m4_f16_bias, { return scaled(d, 4, 1024, 300, false, kFloat16, true); });
+// M = 1 runs fp8_core_gemv on sm_89+: whole batches of 4, 2 or 1 loads per lane plus a tail of
+// chunks. Exact mode: the f32 products of the CPU reference, summed in another order.
+EMBER_PARITY_CASE_TOL(scaled_mm_gemv_m1_exact_batches_and_tail, 1e-4, 1e-4, { return scaled(d, 1, 8240, 33, false, kFloat32, false); });
+EMBER_PARITY_CASE(scaled_mm_gemv_m1_exact_k_tail_f16_bias, { return scaled(d, 1, 1040, 4097, true, kFloat16, true); });
+// Fast mode (use_fast_accum): half2 sums of 8 products, ~4e-4 of max|out| (here max|out| ~100,
+// so atol 0.1; an error in the kernel's indexing or chunk scales is of the outputs' own size).
+EMBER_PARITY_CASE_TOL(scaled_mm_gemv_m1_fast_bf16, 1e-2, 0.1, { return scaled(d, 1, 4096, 1000, false, kBFloat16, false, true, kFloat8_e4m3fn, true); });
+EMBER_PARITY_CASE_TOL(scaled_mm_gemv_m1_fast_rowwise_bias_tail, 1e-2, 0.05, { return scaled(d, 1, 528, 77, true, kFloat16, true, true, kFloat8_e4m3fn, true); });
+// Tiny operands (most e4m3 codes subnormal): each x chunk's power-of-two staging keeps the half2
+// products normal; staged unscaled, most products would flush to zero. max|out| ~5e-4.
+EMBER_PARITY_CASE_TOL(scaled_mm_gemv_m1_fast_tiny_values, 1e-2, 2e-6, { return scaled(d, 1, 2048, 300, false, kFloat32, false, true, kFloat8_e4m3fn, true, 1.0 / 128); });
 EMBER_PARITY_CASE_TOL(scaled_mm_large_tensorwise, 1e-2, 2e-2, { return scaled(d, 256, 512, 384, false, kBFloat16, false); });
 EMBER_PARITY_CASE_TOL(scaled_mm_large_rowwise_bias, 1e-2, 2e-2, { return scaled(d, 300, 256, 512, true, kBFloat16, true); });
 EMBER_PARITY_CASE_TOL(scaled_mm_large_f32, 5e-3, 5e-3, { return scaled(d, 64, 128, 96, true, kFloat32, false); });
