@@ -16,6 +16,11 @@
 //                  one round trip to HBM plus a cluster barrier. For N >= 100000 (lm_head) a
 //                  wider variant: 16 threads x 16 bytes across a tile, each block's range of x
 //                  staged in shared memory, K split only as far as that range needs.
+//   batch_columns_kernel  the same layout on sm_90 for the mid shapes (v7: bf16/f16, K 512..2304,
+//                  N 2048..9216 where measured faster): whole batches of 8 16-byte loads per thread,
+//                  the first issued before x is staged in shared memory; K split over a cluster
+//                  sized so every block is resident, partial sums pushed to their owner block by
+//                  st.async onto its mbarrier (launch_columns_batch has the rule and numbers).
 //   columns_kernel the same layout below sm_90 (and with EMBER_DISABLE_FAST_PATHS=1), and on
 //                  sm_90 for 1024 < N < 100000 with more than ~3.7M elements (measured faster there) and
 //                  for long K with few column tiles (one cluster per tile would leave most SMs
@@ -67,7 +72,17 @@
 //      L4, 4 loads in flight, never 8), x in shared memory for rows (smem L4/L8), several rows
 //      per warp (multi R2/R4: at best 2304x9216 12.1 us, a shape-specific gain), columns split-K
 //      with one batch per block and float4 atomics (+-2%), cluster tiles of 512 threads (slower
-//      everywhere: fewer blocks in flight). (this)
+//      everywhere: fewer blocks in flight).
+//   v7 columns (not measured in ember yet; probe numbers, bench/gemv_probe.cu "columns2", H200,
+//      2026-11-30, bf16): batch_columns_kernel for K 512..2304, N 2048..9216, sm_90, 2-byte types.
+//      "batch C16 T512 L8 push" where each cluster rank's K range is one batch or whole batches:
+//      2048x2048 5.67 -> 5.25 us, 2048x6144 9.48 -> 8.35, 2048x7168 10.60 -> 9.45, 2048x8192
+//      11.57 -> 10.90, 768x2048 4.10 -> 3.81, 512x2048 3.66 -> 3.53; "batch C4 T1024 L8" where one
+//      wave of single-batch blocks without a cluster fills > half the slots: 2048x4096 7.58 ->
+//      7.20. Not taken (lost in the probe): 2304x2048 (6.11 -> 6.53) and 2304x9216 (13.59 ->
+//      13.88), whose ranges end in a partial batch. Differs from the probe: a closing relaxed
+//      cluster barrier (no block exits before the st.async it issued have landed), bias, f16,
+//      any ldb. (this)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -461,6 +476,12 @@ template <class T, int L, int S> __device__ __forceinline__ void fma_rows(float 
   }
 }
 
+// SASS (sm_90a, cuobjdump, all four instantiations): 64 registers (the cap; 58 without it), no
+// spills or stack; the first batch's 8 LDG.E.NA.128 are issued on both paths (whole and
+// predicated) before the bias and x loads (LDG.E.U16) and the BAR.SYNC of the x staging, later
+// batches issue their 8 LDGs before the LDS of x and the FFMAs; the exchange is STAS + SYNCS
+// (mbarrier try-wait) between UCGABAR_ARV/WAIT pairs, no MEMBAR. Shared memory 27 KB (C16 T512)
+// and 43 KB (C4 T1024).
 // __launch_bounds__: 1024 threads per SM resident (2 blocks of 512, 1 of 1024), i.e. <= 64
 // registers, the occupancy the probe measured (58-62 registers).
 template <class T, int COLS, int THREADS>
