@@ -769,7 +769,9 @@ void launch_batch_columns(const GemvArgs<T>& g, int64_t tiles, int cluster, cuda
 //   a partial one costs one more dependent round trip for a few rows, and both such shapes lost:
 //   2304x2048 (cluster 8, ranges of 256 + 32 rows) 6.11 -> 6.53, 2304x9216 (cluster 2, 4 x 256 +
 //   128) 13.59 -> 13.88; they keep v4. 2048x4096 (cluster 4, 2 batches, 128 blocks) lost too
-//   (7.58 -> 7.77): the C4 rule above takes it first.
+//   (7.58 -> 7.77): the C4 rule above takes it first. Of the decode table's shapes the rule also
+//   takes one the probe did not run: 1792x2048 (cluster 8, one batch of 224 rows; v5's kernel
+//   before).
 template <class T> bool launch_columns_batch(const GemvArgs<T>& g, int device, cudaStream_t stream) {
   if constexpr (sizeof(T) != 2) {
     return false;
