@@ -1,4 +1,4 @@
-// ember side of the decode benchmark (bench/run_decode.sh runs it next to bench/torch_decode.py
+// ember side of the decode benchmark (scripts/gpu_check.sh bench-decode runs it next to bench/torch_decode.py
 // in one device call). Reads cases ("gemv 1xKxN K N", "softmax ROWS VOCAB") from stdin, prints
 // one JSON object per case. Method, identical to the PyTorch script: a CUDA graph of a run of
 // calls over inputs rotated through more than 4x the L2 (so HBM is measured, not the cache),

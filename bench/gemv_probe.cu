@@ -49,6 +49,7 @@
 #include <string>
 #include <vector>
 
+#include "probe_bf16.cuh"
 #include "probe_timing.cuh"
 
 using bf16 = __nv_bfloat16;
@@ -119,6 +120,18 @@ __global__ void __launch_bounds__(kThreads) ember_rows_kernel(const bf16* __rest
 
 constexpr int kSlices = 8;  // K slices per block in ember's columns kernel (v4)
 
+// With K split over gridDim.y blocks per column tile (blockIdx.x): true in the last of them to
+// finish (by ticket), which then sees every other block's writes. Every thread of the block calls it.
+__device__ bool last_split_of_tile(unsigned* tickets) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&tickets[blockIdx.x], 1u) == gridDim.y - 1;
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
 // ember columns_kernel<bf16, true> (v4): 32 threads x 16 bytes across a tile of 256 columns, 8
 // slices of K down the block, gridDim.y splits K; with splits every block adds into `accum`, the
 // last block of the tile (ticket) writes y and zeroes accum and the ticket for the next launch.
@@ -177,13 +190,7 @@ __global__ void __launch_bounds__(kThreads) ember_columns_kernel(const bf16* __r
     }
   }
   if (!split) return;
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&tickets[blockIdx.x], 1u) == gridDim.y - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_split_of_tile(tickets)) return;
   for (int t = threadIdx.x; t < kTile; t += kThreads) {
     const int64_t col = static_cast<int64_t>(blockIdx.x) * kTile + t;
     if (col >= n) continue;
@@ -284,16 +291,6 @@ __global__ void __launch_bounds__(THREADS) cluster_columns_kernel(const bf16* __
 // Variants. They work on raw 16-byte chunks (uint4) with 32-bit indices inside a row and unpack
 // bf16 by shifts (the same arithmetic as __bfloat162float).
 
-__device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
-  const uint32_t ws[4] = {w.x, w.y, w.z, w.w}, xs[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    acc = fmaf(__uint_as_float(ws[i] << 16), __uint_as_float(xs[i] << 16), acc);
-    acc = fmaf(__uint_as_float(ws[i] & 0xFFFF0000u), __uint_as_float(xs[i] & 0xFFFF0000u), acc);
-  }
-  return acc;
-}
-
 // A weight chunk: read-only path, or read-only and not kept in L1 (the weights stream through
 // once; x, read by every warp, stays in L1).
 template <bool NO_L1> __device__ __forceinline__ uint4 load_weight(const uint4* p) {
@@ -312,19 +309,12 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// rows "unpred L NO_L1": a warp per row; main loop of full batches of L chunks per lane with no
-// predicates (addresses = one pointer + immediate offsets u * 512 bytes), then one predicated
-// tail batch. SASS: L4 32 registers, weight and x loads in pairs, 2 weight loads before the
-// first FFMA (no better than ember's); L8 48 registers, 3-4 weight loads before the first FFMA
-// (ptxas hoists the global x loads between them), the rest one per few FFMAs. NO_L1 changes
-// only the load flavour (LDG.E.NA).
+// One warp's dot product of its row (wr, this lane's first chunk) with x (xr, likewise): full
+// batches of L chunks per lane with no predicates (one pointer + immediate offsets), then one
+// predicated tail batch; the warp's sum. Shared by the "unpred" and "smem" variants, which differ
+// only in where x lives.
 template <int L, bool NO_L1>
-__global__ void __launch_bounds__(kThreads) rows_unpred_kernel(const uint4* __restrict__ w, int ldw_vec, const uint4* __restrict__ x,
-                                                               bf16* __restrict__ y, int n_rows, int n_vec) {
-  const int lane = threadIdx.x % 32, row = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
-  if (row >= n_rows) return;  // the whole warp
-  const uint4* wr = w + static_cast<size_t>(row) * ldw_vec + lane;
-  const uint4* xr = x + lane;
+__device__ __forceinline__ float warp_row_dot(const uint4* wr, const uint4* xr, int n_vec, int lane) {
   float acc = 0.f;
   int i = 0;
   for (; i + L * 32 <= n_vec; i += L * 32) {
@@ -342,7 +332,21 @@ __global__ void __launch_bounds__(kThreads) rows_unpred_kernel(const uint4* __re
     for (int u = 0; u < L; ++u)
       if (i + u * 32 + lane < n_vec) acc = dot8(v[u], xr[i + u * 32], acc);
   }
-  acc = warp_sum(acc);
+  return warp_sum(acc);
+}
+
+// rows "unpred L NO_L1": a warp per row; main loop of full batches of L chunks per lane with no
+// predicates (addresses = one pointer + immediate offsets u * 512 bytes), then one predicated
+// tail batch. SASS: L4 32 registers, weight and x loads in pairs, 2 weight loads before the
+// first FFMA (no better than ember's); L8 48 registers, 3-4 weight loads before the first FFMA
+// (ptxas hoists the global x loads between them), the rest one per few FFMAs. NO_L1 changes
+// only the load flavour (LDG.E.NA).
+template <int L, bool NO_L1>
+__global__ void __launch_bounds__(kThreads) rows_unpred_kernel(const uint4* __restrict__ w, int ldw_vec, const uint4* __restrict__ x,
+                                                               bf16* __restrict__ y, int n_rows, int n_vec) {
+  const int lane = threadIdx.x % 32, row = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
+  if (row >= n_rows) return;  // the whole warp
+  const float acc = warp_row_dot<L, NO_L1>(w + static_cast<size_t>(row) * ldw_vec + lane, x + lane, n_vec, lane);
   if (lane == 0) y[row] = __float2bfloat16_rn(acc);
 }
 
@@ -401,26 +405,7 @@ __global__ void __launch_bounds__(kThreads) rows_smem_kernel(const uint4* __rest
   __syncthreads();
   const int lane = threadIdx.x % 32, row = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
   if (row >= n_rows) return;
-  const uint4* wr = w + static_cast<size_t>(row) * ldw_vec + lane;
-  const uint4* xr = xs + lane;
-  float acc = 0.f;
-  int i = 0;
-  for (; i + L * 32 <= n_vec; i += L * 32) {
-    uint4 v[L];
-#pragma unroll
-    for (int u = 0; u < L; ++u) v[u] = load_weight<true>(wr + i + u * 32);
-#pragma unroll
-    for (int u = 0; u < L; ++u) acc = dot8(v[u], xr[i + u * 32], acc);
-  }
-  if (i < n_vec) {
-    uint4 v[L];
-#pragma unroll
-    for (int u = 0; u < L; ++u) v[u] = i + u * 32 + lane < n_vec ? load_weight<true>(wr + i + u * 32) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int u = 0; u < L; ++u)
-      if (i + u * 32 + lane < n_vec) acc = dot8(v[u], xr[i + u * 32], acc);
-  }
-  acc = warp_sum(acc);
+  const float acc = warp_row_dot<L, true>(w + static_cast<size_t>(row) * ldw_vec + lane, xs + lane, n_vec, lane);
   if (lane == 0) y[row] = __float2bfloat16_rn(acc);
 }
 
@@ -555,13 +540,7 @@ __global__ void __launch_bounds__(kThreads) columns_split_kernel(const uint4* __
     }
   }
   if (!split) return;
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&tickets[blockIdx.x], 1u) == gridDim.y - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_split_of_tile(tickets)) return;
   if (owns) {
     float4* a = reinterpret_cast<float4*>(&accum[col]);
     const float4 v = __ldcg(a);
@@ -799,23 +778,34 @@ template <int L> void launch_rows_smem(const Problem& p, const bf16* w, cudaStre
                                                                      reinterpret_cast<const uint4*>(p.x), p.y, p.s.n, p.s.k / kVec);
 }
 
+// A launch of `tiles` x `cluster` blocks of `threads`, one cluster per column tile (blockIdx.y =
+// rank), as gemv.cu's ClusterLaunch; the attribute lives as long as the config that points to it.
+struct ClusterLaunch {
+  cudaLaunchAttribute attribute{};
+  cudaLaunchConfig_t config{};
+  ClusterLaunch(int tiles, int cluster, int threads, cudaStream_t stream) {
+    config.gridDim = dim3(tiles, cluster);
+    config.blockDim = dim3(threads);
+    config.stream = stream;
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = 1;
+    attribute.val.clusterDim.y = cluster;
+    attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
 // The largest cluster (16 or the portable 8) `kernel` may use with THREADS-thread blocks, as
 // gemv.cu's cluster_size_limit decides it.
 template <class Kernel> int cluster_limit(Kernel kernel, int threads) {
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  cudaLaunchConfig_t config{};
-  cudaLaunchAttribute attribute{};
-  config.gridDim = dim3(1, 16);
-  config.blockDim = dim3(threads);
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = 1;
-  attribute.val.clusterDim.y = 16;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  const ClusterLaunch launch(1, 16, threads, nullptr);
   int largest = 0, clusters = 0;
-  CHECK(cudaOccupancyMaxPotentialClusterSize(&largest, kernel, &config));
-  if (largest >= 16) CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+  CHECK(cudaOccupancyMaxPotentialClusterSize(&largest, kernel, &launch.config));
+  if (largest >= 16) CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config));
   return clusters > 0 ? 16 : 8;
 }
 
@@ -823,20 +813,9 @@ template <class Kernel> int cluster_limit(Kernel kernel, int threads) {
 template <int COLS, int THREADS, int LOADS, bool X_SMEM = false>
 void launch_cluster(const Problem& p, const bf16* w, cudaStream_t st, int cluster) {
   const auto kernel = cluster_columns_kernel<COLS, THREADS, LOADS, X_SMEM>;  // cluster_limit allowed clusters of 16
-  cudaLaunchConfig_t config{};
-  cudaLaunchAttribute attribute{};
-  const int tiles = (p.s.n + COLS * kVec - 1) / (COLS * kVec);
-  config.gridDim = dim3(tiles, cluster);
-  config.blockDim = dim3(THREADS);
-  config.stream = st;
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = 1;
-  attribute.val.clusterDim.y = cluster;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  const ClusterLaunch launch((p.s.n + COLS * kVec - 1) / (COLS * kVec), cluster, THREADS, st);
   const int64_t k_per_rank = (p.s.k + cluster - 1) / cluster;
-  CHECK(cudaLaunchKernelEx(&config, kernel, w, static_cast<int64_t>(p.s.n), p.x, static_cast<const bf16*>(nullptr), p.y,
+  CHECK(cudaLaunchKernelEx(&launch.config, kernel, w, static_cast<int64_t>(p.s.n), p.x, static_cast<const bf16*>(nullptr), p.y,
                            static_cast<int64_t>(p.s.n), static_cast<int64_t>(p.s.k), k_per_rank));
 }
 
@@ -909,17 +888,8 @@ template <class Kernel> int resident_clusters(Kernel kernel, int threads, int cl
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, threads, 0));
     count *= sms;
   } else {
-    cudaLaunchConfig_t config{};
-    cudaLaunchAttribute attribute{};
-    config.gridDim = dim3(1, cluster);
-    config.blockDim = dim3(threads);
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = 1;
-    attribute.val.clusterDim.y = cluster;
-    attribute.val.clusterDim.z = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    CHECK(cudaOccupancyMaxActiveClusters(&count, kernel, &config));
+    const ClusterLaunch launch(1, cluster, threads, nullptr);
+    CHECK(cudaOccupancyMaxActiveClusters(&count, kernel, &launch.config));
   }
   return cache[key] = count;
 }
@@ -960,18 +930,8 @@ template <int COLS, int THREADS, int L, bool PUSH = false> void launch_columns_b
     kernel<<<tiles, THREADS, 0, st>>>(bv, p.s.n / kVec, p.x, p.y, p.s.n, p.s.k, k_per_rank);
     return;
   }
-  cudaLaunchConfig_t config{};
-  cudaLaunchAttribute attribute{};
-  config.gridDim = dim3(tiles, cluster);
-  config.blockDim = dim3(THREADS);
-  config.stream = st;
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = 1;
-  attribute.val.clusterDim.y = cluster;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  CHECK(cudaLaunchKernelEx(&config, kernel, bv, p.s.n / kVec, p.x, p.y, p.s.n, p.s.k, k_per_rank));
+  const ClusterLaunch launch(tiles, cluster, THREADS, st);
+  CHECK(cudaLaunchKernelEx(&launch.config, kernel, bv, p.s.n / kVec, p.x, p.y, p.s.n, p.s.k, k_per_rank));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1031,7 +991,7 @@ void run_layout(const char* layout, bool rows, const std::vector<Shape>& shapes,
     fill_kernel<<<4 * p.sms, 256>>>(pool, static_cast<size_t>(s.k) * s.n, 12345u + s.k * 7u + s.n);
     fill_kernel<<<64, 256>>>(const_cast<bf16*>(p.x), s.k, 777u + s.k);
     for (int c = 1; c < p.copies; ++c) CHECK(cudaMemcpy(pool + c * p.stride, pool, bytes, cudaMemcpyDeviceToDevice));
-    std::vector<uint16_t> w_host(static_cast<size_t>(s.k) * s.n), x_host(s.k), y_host(s.n);
+    std::vector<uint16_t> w_host(static_cast<size_t>(s.k) * s.n), x_host(s.k);
     CHECK(cudaMemcpy(w_host.data(), pool, bytes, cudaMemcpyDeviceToHost));
     CHECK(cudaMemcpy(x_host.data(), p.x, s.k * sizeof(bf16), cudaMemcpyDeviceToHost));
     const std::vector<double> ref = reference(w_host, x_host, s, rows);
@@ -1040,22 +1000,8 @@ void run_layout(const char* layout, bool rows, const std::vector<Shape>& shapes,
     float base_us = 0.f;
     for (const Variant& v : variants) {
       if (v.applies && !v.applies(s)) continue;
-      CHECK(cudaMemset(p.y, 0xff, s.n * sizeof(bf16)));  // NaN: a variant that skips outputs fails
-      v.launch(p, p.w(p.copies - 1), nullptr);
-      CHECK(cudaGetLastError());
-      CHECK(cudaDeviceSynchronize());
-      CHECK(cudaMemcpy(y_host.data(), p.y, s.n * sizeof(bf16), cudaMemcpyDeviceToHost));
-      double err = 0.0;
-      for (int n = 0; n < s.n; ++n) {
-        const double e = std::fabs(to_double(y_host[n]) - ref[n]);
-        err = std::isnan(e) ? INFINITY : std::max(err, e);
-      }
-      err /= ref_max;
-      const float us = time_graph(
-          [&](cudaStream_t st) {
-            for (int c = 0; c < p.copies; ++c) v.launch(p, p.w(c), st);
-          },
-          p.copies);
+      const auto [err, us] =
+          check_and_time([&](int c, cudaStream_t st) { v.launch(p, p.w(c), st); }, p.copies, p.y, s.n, ref, ref_max);
       if (base_us == 0.f) base_us = us;
       char shape[32];
       std::snprintf(shape, sizeof shape, "%dx%d", s.k, s.n);

@@ -18,6 +18,11 @@
 //               warp per expert row, the last block picks the top 8 into ids), gate_up (rows L2
 //               W8 at 6/SM, experts from ids) and down (S1 or S8, experts from ids), with and
 //               without programmatic dependent launch.
+//   fused       the same layer as ONE cooperative kernel (every block resident), phases split by
+//               grid barriers, each warp's first down row requested before the barrier that
+//               waits for h: what the chain's kernel boundaries cost; bf16 and FP8 experts (e4m3,
+//               128x128 block scales: 37.5 MB per layer), next to the chain with the same item
+//               code ("chain fp8/bf16 ... PDL"). Not measured yet.
 // Prints one line per variant: microseconds per launch and TB/s over the bytes it reads.
 //
 // Measured (H200, 2026-11-30, session 5): stream 12.3-13.6 us (the floor: 3.7-4.1 TB/s); rows
@@ -32,9 +37,12 @@
 // Build and run on the GPU machine (no CMake needed):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/moe_probe.cu -o /tmp/moe_probe && /tmp/moe_probe
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <random>
 
+#include "probe_bf16.cuh"
 #include "probe_timing.cuh"
 
 constexpr int kExperts = 128, kTopK = 8, kInter = 768, kHidden = 2048;
@@ -64,16 +72,6 @@ __global__ void __launch_bounds__(256) stream_kernel(const uint4* __restrict__ w
     for (int u = 0; u < L; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
   if (acc == 0x12345678u) out[0] = acc;  // keeps the loads; practically never true
-}
-
-__device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
-  const uint32_t ws[4] = {w.x, w.y, w.z, w.w}, xs[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    acc = fmaf(__uint_as_float(ws[i] << 16), __uint_as_float(xs[i] << 16), acc);
-    acc = fmaf(__uint_as_float(ws[i] & 0xFFFF0000u), __uint_as_float(xs[i] & 0xFFFF0000u), acc);
-  }
-  return acc;
 }
 
 // Programmatic dependent launch (the chain section): the next kernel's blocks may start once every
@@ -171,14 +169,9 @@ __global__ void __launch_bounds__(256) down_kernel(const uint4* __restrict__ w, 
   }
 }
 
-// The chain's router: warp e computes x . router row e (E rows of 4 KB, 8 loads in flight per
-// lane), then the last block to finish picks the top 8 (one warp, 8 rounds of a warp max) and
-// writes ids, shifted by `salt` so that every launch reads other experts.
-constexpr int kRouterBlocks = kExperts / 4;
-__global__ void __launch_bounds__(128) router_kernel(const uint4* __restrict__ r, const uint4* __restrict__ x, int salt,
-                                                     float* __restrict__ logits, unsigned* __restrict__ ticket, int* __restrict__ ids) {
-  pdl_trigger();
-  const int lane = threadIdx.x % 32, e = blockIdx.x * 4 + threadIdx.x / 32;
+// One warp: x . router row e (4 KB, 8 loads in flight per lane), reduced over the warp.
+__device__ __forceinline__ float router_logit(const uint4* __restrict__ r, const uint4* x, int e) {
+  const int lane = threadIdx.x % 32;
   constexpr int kChunks = kHidden / 8;
   uint4 v[8];
 #pragma unroll
@@ -188,17 +181,16 @@ __global__ void __launch_bounds__(128) router_kernel(const uint4* __restrict__ r
   for (int l = 0; l < 8; ++l) acc = dot8(v[l], x[lane + l * 32], acc);
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (lane == 0) logits[e] = acc;
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last || threadIdx.x >= 32) return;
-  __threadfence();
+  return acc;
+}
+
+// One warp: the top 8 of the E logits (8 rounds of a warp max), shifted by `salt` so that every
+// launch reads other experts, into ids[0..7]. L2 loads: the logits come from other blocks.
+__device__ __forceinline__ void warp_top8(const float* logits, int salt, int* ids) {
+  const int lane = threadIdx.x % 32;
   float mine[kExperts / 32];
 #pragma unroll
-  for (int i = 0; i < kExperts / 32; ++i) mine[i] = logits[lane + 32 * i];
+  for (int i = 0; i < kExperts / 32; ++i) mine[i] = __ldcg(logits + lane + 32 * i);
   for (int j = 0; j < kTopK; ++j) {
     float best = -INFINITY;
     int best_i = 0;
@@ -212,7 +204,228 @@ __global__ void __launch_bounds__(128) router_kernel(const uint4* __restrict__ r
       mine[best_i] = -INFINITY;
     }
   }
-  if (lane == 0) *ticket = 0;
+}
+
+// The chain's router: warp e computes logit e, then the last block to finish picks the top 8.
+constexpr int kRouterBlocks = kExperts / 4;
+__global__ void __launch_bounds__(128) router_kernel(const uint4* __restrict__ r, const uint4* __restrict__ x, int salt,
+                                                     float* __restrict__ logits, unsigned* __restrict__ ticket, int* __restrict__ ids) {
+  pdl_trigger();
+  const int e = blockIdx.x * 4 + threadIdx.x / 32;
+  const float logit = router_logit(r, x, e);
+  if (threadIdx.x % 32 == 0) logits[e] = logit;
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last || threadIdx.x >= 32) return;
+  __threadfence();
+  warp_top8(logits, salt, ids);
+  if (threadIdx.x == 0) *ticket = 0;
+}
+
+// fused: the whole T = 1 layer as ONE cooperative kernel (every block resident), its phases split
+// by grid barriers: the router's logits (one warp per expert); barrier; every block picks the top
+// 8 itself (one warp, from L2); gate_up (one warp per (pair, channel) item, h to global as bf16);
+// then every warp issues its first down row's loads (the weights need only the ids) BEFORE the
+// second barrier (down needs all of h); barrier; down (one warp per (pair, output) row,
+// atomicAdd into out, zeroed in the first phase). The question it answers: how much of the
+// three-kernel chain's time is the launch, ramp and drain between kernels that one kernel, with
+// its down loads in flight across the barrier, avoids.
+struct GridBarrier {
+  unsigned count, generation;
+};
+__device__ void grid_barrier(GridBarrier* b) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    volatile unsigned* generation = &b->generation;
+    const unsigned gen = *generation;
+    __threadfence();  // this block's writes before its arrival
+    if (atomicAdd(&b->count, 1u) == gridDim.x - 1) {
+      atomicExch(&b->count, 0u);
+      __threadfence();
+      atomicAdd(&b->generation, 1u);
+    } else {
+      while (*generation == gen) {}
+    }
+    __threadfence();  // the other blocks' writes after the release
+  }
+  __syncthreads();
+}
+
+constexpr int kFusedThreads = 256, kFusedWarps = kFusedThreads / 32;
+
+// FP8 experts (e4m3, 128x128 block scales, as FP8 checkpoints ship them): half the bytes of bf16.
+// A 16-byte weight chunk holds kElems<FP8> elements; its x (or h) is kElems / 8 bf16 chunks.
+template <bool FP8> constexpr int kElems = FP8 ? 16 : 8;
+template <bool FP8> constexpr size_t kGateUpExpertBytes = 2 * kInter * kHidden * (FP8 ? 1 : 2);
+template <bool FP8> constexpr size_t kDownExpertBytesOf = size_t{kHidden} * kInter * (FP8 ? 1 : 2);
+constexpr int kScaleBlock = 128;  // [E, 2I / 128, H / 128] for gate_up, [E, H / 128, I / 128] for down
+
+// 16 e4m3 weights (one chunk) dotted with 16 bf16 values (two chunks), added to acc.
+__device__ __forceinline__ float dot16_e4m3(const uint4& w, const uint4& x0, const uint4& x1, float acc) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w}, xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const auto pair = static_cast<__nv_fp8x2_storage_t>(ws[i] >> (16 * half));
+      const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
+      const uint32_t xw = xs[2 * i + half];
+      acc = fmaf(f.x, __uint_as_float(xw << 16), acc);
+      acc = fmaf(f.y, __uint_as_float(xw & 0xFFFF0000u), acc);
+    }
+  return acc;
+}
+
+// Weight chunk c (of kElems<FP8> elements) of a row dotted with the matching chunks of x (bf16,
+// shared or global memory), scaled by its 128-element block scale for FP8.
+template <bool FP8>
+__device__ __forceinline__ float chunk_dot(const uint4& w, const uint4* x, int c, const float* scales, float acc) {
+  if constexpr (FP8) return fmaf(dot16_e4m3(w, x[2 * c], x[2 * c + 1], 0.f), scales[c * 16 / kScaleBlock], acc);
+  else return dot8(w, x[c], acc);
+}
+
+// One warp: silu(x . gate row) * (x . up row) of channel i of expert e; 2 chunks per row in flight.
+template <bool FP8>
+__device__ __forceinline__ float gate_up_item(const uint4* gate_up_w, const float* scales, const uint4* x, int e, int i) {
+  constexpr int kChunks = kHidden / kElems<FP8>, L = 2, kScaleCols = kHidden / kScaleBlock;
+  const int lane = threadIdx.x % 32;
+  const uint4* g = gate_up_w + (e * kGateUpExpertBytes<FP8> + static_cast<size_t>(i) * kChunks * 16) / 16;
+  const uint4* u = g + kInter * kChunks;
+  const float* g_scales = scales + (e * (2 * kInter / kScaleBlock) + i / kScaleBlock) * kScaleCols;
+  const float* u_scales = scales + (e * (2 * kInter / kScaleBlock) + (kInter + i) / kScaleBlock) * kScaleCols;
+  float gs = 0.f, us = 0.f;
+  for (int c0 = lane; c0 < kChunks; c0 += L * 32) {
+    uint4 gv[L], uv[L];
+#pragma unroll
+    for (int l = 0; l < L; ++l) {
+      gv[l] = g[c0 + l * 32];
+      uv[l] = u[c0 + l * 32];
+    }
+#pragma unroll
+    for (int l = 0; l < L; ++l) {
+      gs = chunk_dot<FP8>(gv[l], x, c0 + l * 32, g_scales, gs);
+      us = chunk_dot<FP8>(uv[l], x, c0 + l * 32, u_scales, us);
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) {
+    gs += __shfl_xor_sync(0xffffffffu, gs, off);
+    us += __shfl_xor_sync(0xffffffffu, us, off);
+  }
+  return gs / (1.f + __expf(-gs)) * us;
+}
+
+// One warp's down row (expert e, output n): kDownRowLoads chunks per lane, the last predicated.
+template <bool FP8> constexpr int kDownRowChunks = kInter / kElems<FP8>;
+template <bool FP8> constexpr int kDownRowLoads = (kDownRowChunks<FP8> + 31) / 32;
+template <bool FP8> __device__ __forceinline__ void load_down_row(const uint4* down_w, int e, int n, uint4 (&v)[kDownRowLoads<FP8>]) {
+  const int lane = threadIdx.x % 32;
+  const uint4* row = down_w + (e * kDownExpertBytesOf<FP8> + static_cast<size_t>(n) * kDownRowChunks<FP8> * 16) / 16;
+#pragma unroll
+  for (int l = 0; l < kDownRowLoads<FP8>; ++l)
+    v[l] = lane + l * 32 < kDownRowChunks<FP8> ? row[lane + l * 32] : make_uint4(0, 0, 0, 0);
+}
+// The row's dot product with h (bf16, global: another block wrote it), summed over the warp.
+template <bool FP8>
+__device__ __forceinline__ float down_row_dot(const uint4 (&v)[kDownRowLoads<FP8>], const uint4* h_row, const float* scales, int e, int n) {
+  const int lane = threadIdx.x % 32;
+  const float* row_scales = scales + (e * (kHidden / kScaleBlock) + n / kScaleBlock) * (kInter / kScaleBlock);
+  uint4 hv[kDownRowLoads<FP8> * kElems<FP8> / 8];
+#pragma unroll
+  for (int l = 0; l < kDownRowLoads<FP8>; ++l)
+#pragma unroll
+    for (int k = 0; k < kElems<FP8> / 8; ++k) {
+      const int c = lane + l * 32;
+      hv[l * (kElems<FP8> / 8) + k] = c < kDownRowChunks<FP8> ? __ldcg(h_row + c * (kElems<FP8> / 8) + k) : make_uint4(0, 0, 0, 0);
+    }
+  float acc = 0.f;
+#pragma unroll
+  for (int l = 0; l < kDownRowLoads<FP8>; ++l) {
+    const int c = lane + l * 32;
+    if (c >= kDownRowChunks<FP8>) break;
+    if constexpr (FP8) acc = fmaf(dot16_e4m3(v[l], hv[2 * l], hv[2 * l + 1], 0.f), row_scales[c * 16 / kScaleBlock], acc);
+    else acc = dot8(v[l], hv[l], acc);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  return acc;
+}
+
+template <int MIN_BLOCKS, bool FP8>
+__global__ void __launch_bounds__(kFusedThreads, MIN_BLOCKS) fused_kernel(const uint4* __restrict__ gate_up_w, const float* __restrict__ gate_up_scales,
+                                                                          const uint4* __restrict__ down_w, const float* __restrict__ down_scales,
+                                                                          const uint4* __restrict__ router_w, const uint4* __restrict__ x_global,
+                                                                          int salt, float* logits, __nv_bfloat16* h, float* out, GridBarrier* barrier) {
+  __shared__ uint4 x[kHidden / 8];
+  __shared__ int ids[kTopK];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int gw = blockIdx.x * kFusedWarps + warp, warps = gridDim.x * kFusedWarps;
+  for (int i = threadIdx.x; i < kHidden / 8; i += kFusedThreads) x[i] = x_global[i];
+  for (int i = blockIdx.x * kFusedThreads + threadIdx.x; i < kHidden; i += gridDim.x * kFusedThreads) out[i] = 0.f;
+  __syncthreads();
+  if (gw < kExperts) {
+    const float logit = router_logit(router_w, x, gw);
+    if (lane == 0) logits[gw] = logit;
+  }
+  grid_barrier(barrier);
+  if (warp == 0) warp_top8(logits, salt, ids);
+  __syncthreads();
+  // gate_up: item q = (pair q / I, channel q % I).
+  for (int q = gw; q < kTopK * kInter; q += warps) {
+    const float v = gate_up_item<FP8>(gate_up_w, gate_up_scales, x, ids[q / kInter], q % kInter);
+    if (lane == 0) h[q] = __float2bfloat16(v);
+  }
+  // down: item d = (pair d % 8, output d / 8), one row; the first item's loads go out before the
+  // barrier that waits for h.
+  uint4 v[kDownRowLoads<FP8>];
+  if (gw < kTopK * kHidden) load_down_row<FP8>(down_w, ids[gw % kTopK], gw / kTopK, v);
+  grid_barrier(barrier);
+  const uint4* h_rows = reinterpret_cast<const uint4*>(h);
+  for (int d = gw; d < kTopK * kHidden; d += warps) {
+    const int j = d % kTopK, n = d / kTopK;
+    if (d != gw) load_down_row<FP8>(down_w, ids[j], n, v);
+    const float acc = down_row_dot<FP8>(v, h_rows + j * (kInter / 8), down_scales, ids[j], n);
+    if (lane == 0) atomicAdd(out + n, acc);
+  }
+}
+
+// The FP8 chain's gate_up and down (the bf16 chain uses rows_kernel and down_kernel<8>): the same
+// items as the fused kernel, one launch each, experts from the router's ids after the wait.
+// gate_up: block (x, y) = 8 channels of pair y, 6 blocks per SM as ember's bf16 gate_up.
+template <bool FP8>
+__global__ void __launch_bounds__(256, 6) chain_gate_up_kernel(const uint4* __restrict__ gate_up_w, const float* __restrict__ scales,
+                                                               const uint4* __restrict__ x_global, const int* __restrict__ ids,
+                                                               __nv_bfloat16* __restrict__ h) {
+  __shared__ uint4 x[kHidden / 8];
+  pdl_trigger();
+  for (int i = threadIdx.x; i < kHidden / 8; i += 256) x[i] = x_global[i];
+  pdl_wait();
+  const int e = ids[blockIdx.y];
+  __syncthreads();
+  const int i = blockIdx.x * 8 + threadIdx.x / 32;
+  const float v = gate_up_item<FP8>(gate_up_w, scales, x, e, i);
+  if (threadIdx.x % 32 == 0) h[blockIdx.y * kInter + i] = __float2bfloat16(v);
+}
+// down: block n = output n, warp j = pair j's row; the block adds the 8 in shared memory.
+template <bool FP8>
+__global__ void __launch_bounds__(256) chain_down_kernel(const uint4* __restrict__ down_w, const float* __restrict__ scales,
+                                                         const __nv_bfloat16* __restrict__ h, const int* __restrict__ ids, float* __restrict__ out) {
+  __shared__ float partial[kTopK];
+  pdl_wait();
+  const int j = threadIdx.x / 32, e = ids[j], n = blockIdx.x;
+  uint4 v[kDownRowLoads<FP8>];
+  load_down_row<FP8>(down_w, e, n, v);
+  const float acc = down_row_dot<FP8>(v, reinterpret_cast<const uint4*>(h) + j * (kInter / 8), scales, e, n);
+  if (threadIdx.x % 32 == 0) partial[j] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float sum = 0.f;
+    for (int k = 0; k < kTopK; ++k) sum += partial[k];
+    out[n] = sum;
+  }
 }
 
 // launch with the programmatic-serialization attribute when `pdl`.
@@ -328,6 +541,60 @@ int main() {
         down_part(s, c, pdl, split);
       }, choices), kLaunchBytes + kDownBytes);
     }
+  // FP8 experts: the gate_up and down buffers read as e4m3 bytes (0x3c: 1.5), block scales 0.75.
+  float *gate_up_scales = nullptr, *down_scales = nullptr;
+  const size_t gate_up_scale_count = size_t{kExperts} * (2 * kInter / kScaleBlock) * (kHidden / kScaleBlock);
+  const size_t down_scale_count = size_t{kExperts} * (kHidden / kScaleBlock) * (kInter / kScaleBlock);
+  CHECK(cudaMalloc(&gate_up_scales, gate_up_scale_count * sizeof(float)));
+  CHECK(cudaMemset(gate_up_scales, 0x3f, gate_up_scale_count * sizeof(float)));
+  CHECK(cudaMalloc(&down_scales, down_scale_count * sizeof(float)));
+  CHECK(cudaMemset(down_scales, 0x3f, down_scale_count * sizeof(float)));
+  const auto bf16_h = reinterpret_cast<__nv_bfloat16*>(h);
+  float* layer_out = nullptr;
+  CHECK(cudaMalloc(&layer_out, kHidden * sizeof(float)));
+  constexpr size_t kFp8LayerBytes = kTopK * (kGateUpExpertBytes<true> + kDownExpertBytesOf<true>);  // 37.5 MB
+  report("chain fp8 3 kernels PDL", time_choices([&](cudaStream_t s, const Chosen& c) {
+    router(s, c, false);
+    launch(chain_gate_up_kernel<true>, gate_up_grid, 256, s, true, w, gate_up_scales, x, ids, bf16_h);
+    launch(chain_down_kernel<true>, kHidden, 256, s, true, down, down_scales, bf16_h, ids, layer_out);
+  }, choices), kFp8LayerBytes);
+  report("chain bf16 items PDL", time_choices([&](cudaStream_t s, const Chosen& c) {  // the same kernels, bf16
+    router(s, c, false);
+    launch(chain_gate_up_kernel<false>, gate_up_grid, 256, s, true, w, gate_up_scales, x, ids, bf16_h);
+    launch(chain_down_kernel<false>, kHidden, 256, s, true, down, down_scales, bf16_h, ids, layer_out);
+  }, choices), kLaunchBytes + kDownBytes);
+  // fused: one cooperative launch per layer, as many blocks as fit (MIN_BLOCKS per SM requested).
+  GridBarrier* barrier = nullptr;
+  CHECK(cudaMalloc(&barrier, sizeof(GridBarrier)));
+  CHECK(cudaMemset(barrier, 0, sizeof(GridBarrier)));
+  const auto fused = [&](auto kernel, const char* name, size_t bytes) {
+    int per_sm = 0;
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFusedThreads, 0));
+    cudaLaunchAttribute cooperative{};
+    cooperative.id = cudaLaunchAttributeCooperative;
+    cooperative.val.cooperative = 1;
+    char label[64];
+    std::snprintf(label, sizeof label, "%s (%d/SM)", name, per_sm);
+    report(label, time_choices([&](cudaStream_t s, const Chosen& c) {
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3(per_sm * sms);
+      config.blockDim = dim3(kFusedThreads);
+      config.stream = s;
+      config.attrs = &cooperative;
+      config.numAttrs = 1;
+      CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<const uint4*>(w), static_cast<const float*>(gate_up_scales),
+                               static_cast<const uint4*>(down), static_cast<const float*>(down_scales), static_cast<const uint4*>(down),
+                               static_cast<const uint4*>(x), c.experts[0], logits, bf16_h, layer_out, barrier));
+    }, choices), bytes);
+  };
+  fused(fused_kernel<6, false>, "fused bf16", kLaunchBytes + kDownBytes);
+  fused(fused_kernel<4, false>, "fused bf16", kLaunchBytes + kDownBytes);
+  fused(fused_kernel<6, true>, "fused fp8", kFp8LayerBytes);
+  fused(fused_kernel<4, true>, "fused fp8", kFp8LayerBytes);
+  CHECK(cudaFree(barrier));
+  CHECK(cudaFree(layer_out));
+  CHECK(cudaFree(gate_up_scales));
+  CHECK(cudaFree(down_scales));
   CHECK(cudaFree(ticket));
   CHECK(cudaFree(ids));
   CHECK(cudaFree(logits));

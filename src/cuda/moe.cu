@@ -629,7 +629,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kGateUpBlocksPerSm<WT>) gate_u
 // against 8 us for one warp per row.)
 constexpr int kDownMaxWarps = 16;
 template <class WT> constexpr int kDownLoads = sizeof(WT) == 4 ? 2 : 3;    // chunks per row and batch
-template <class WT> constexpr int kDownOutputs = 2;  // rows per warp (O)
+constexpr int kDownOutputs = 2;  // consecutive output rows per warp (O)
 
 // dots[i] = sum over row i (i < valid_rows <= O, `rows_rs` apart from w) of w . h, `len`
 // elements, times the row's 128-element block scales when `block_scales` is given (one per 128
@@ -681,7 +681,7 @@ __device__ __forceinline__ void down_rows(const WT* w, int64_t rows_rs, int vali
 
 template <class T, class WT>
 __global__ void __launch_bounds__(kDownMaxWarps * 32, 2) down_decode_kernel(DecodeArgs a) {
-  constexpr int O = kDownOutputs<WT>;
+  constexpr int O = kDownOutputs;
   __shared__ float partial[kDownMaxWarps][O];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * O, t = blockIdx.y, pairs = a.tokens * a.k;
@@ -972,17 +972,17 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
     a.out = out.raw_data(); a.o_ts = out.stride(0);
     const dim3 gu_grid(static_cast<unsigned>((std::max(inter, s_inter) + kDecodeWarps - 1) / kDecodeWarps), static_cast<unsigned>(slots));
     const auto down_threads = static_cast<unsigned>(32 * std::min<int64_t>(k + (shared ? 1 : 0), kDownMaxWarps));
-    const auto down_grid = [&](int outputs) { return dim3(static_cast<unsigned>((hidden + outputs - 1) / outputs), static_cast<unsigned>(t)); };
+    const dim3 down_grid(static_cast<unsigned>((hidden + kDownOutputs - 1) / kDownOutputs), static_cast<unsigned>(t));
     const bool pdl = fast_paths_enabled(device, 90);
     with_float(x.dtype(), [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       if constexpr (!std::is_same_v<T, double>) {
         if (fp8) {
           launch_dependent(gate_up_decode_kernel<T, E4m3>, gu_grid, kDecodeThreads, x_row_bytes, stream, pdl, a);
-          launch_dependent(down_decode_kernel<T, E4m3>, down_grid(kDownOutputs<E4m3>), down_threads, 0, stream, pdl, a);
+          launch_dependent(down_decode_kernel<T, E4m3>, down_grid, down_threads, 0, stream, pdl, a);
         } else {
           launch_dependent(gate_up_decode_kernel<T, T>, gu_grid, kDecodeThreads, x_row_bytes, stream, pdl, a);
-          launch_dependent(down_decode_kernel<T, T>, down_grid(kDownOutputs<T>), down_threads, 0, stream, pdl, a);
+          launch_dependent(down_decode_kernel<T, T>, down_grid, down_threads, 0, stream, pdl, a);
         }
       }
     });

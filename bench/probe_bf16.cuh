@@ -1,0 +1,56 @@
+// The bf16 arithmetic shared by the standalone probes (bench/moe_probe.cu, bench/gemv_probe.cu,
+// bench/fp8_gemv_probe.cu): one 16-byte chunk (8 bf16) of weights dotted with one of x, unpacked
+// by shifts (the same arithmetic as __bfloat162float), added to acc; and the check of a probe's
+// bf16 output against its float64 reference.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "probe_timing.cuh"
+
+__device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w}, xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    acc = fmaf(__uint_as_float(ws[i] << 16), __uint_as_float(xs[i] << 16), acc);
+    acc = fmaf(__uint_as_float(ws[i] & 0xFFFF0000u), __uint_as_float(xs[i] & 0xFFFF0000u), acc);
+  }
+  return acc;
+}
+
+// max |y - ref| / ref_max over n bf16 outputs given as raw bits; a NaN output counts as infinite.
+inline double max_relative_error(const uint16_t* y_bits, const double* ref, int n, double ref_max) {
+  double err = 0.0;
+  for (int i = 0; i < n; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(y_bits[i]) << 16;
+    float y;
+    std::memcpy(&y, &bits, 4);
+    const double e = std::fabs(y - ref[i]);
+    err = std::isnan(e) ? INFINITY : std::max(err, e);
+  }
+  return err / ref_max;
+}
+
+struct CheckedTime {
+  double err;  // max_relative_error of one launch's output
+  float us;    // per launch, a graph launching every copy once (time_graph)
+};
+// A probe variant's check and time: `launch(copy, stream)` runs it on weight copy `copy`. One
+// launch on the last copy writes y (n bf16 on the device, filled with NaN first so a kernel that
+// skips outputs fails), checked against ref; then every copy once per replay, timed.
+template <class Launch>
+CheckedTime check_and_time(Launch launch, int copies, void* y, int n, const std::vector<double>& ref, double ref_max) {
+  std::vector<uint16_t> y_host(n);
+  CHECK(cudaMemset(y, 0xff, n * sizeof(uint16_t)));
+  launch(copies - 1, cudaStream_t{});
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  CHECK(cudaMemcpy(y_host.data(), y, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+  const double err = max_relative_error(y_host.data(), ref.data(), n, ref_max);
+  const float us = time_graph([&](cudaStream_t stream) { for (int c = 0; c < copies; ++c) launch(c, stream); }, copies);
+  return {err, us};
+}
