@@ -28,8 +28,8 @@
 //     N >= 100000); nothing won the 16-32 MB shapes.
 //   columns2 (16-32 MB shapes): "batch C16 T512 L8 push" 1.04-1.14x on 2048x{2048, 6144, 7168,
 //     8192}, 768x2048 and 512x2048, but 0.94-0.98x on 2304x2048, 2304x9216 and 2048x4096, where
-//     "batch C4 T1024 L8" (no cluster, 128 blocks) is best at 1.05x (7.20 vs 7.58 us). Not
-//     integrated yet.
+//     "batch C4 T1024 L8" (no cluster, 128 blocks) is best at 1.05x (7.20 vs 7.58 us). Both
+//     integrated as gemv.cu's v7 (batch_columns_kernel) on the shapes where they won.
 //
 // Build and run on the GPU machine (no CMake needed):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/gemv_probe.cu -o /tmp/gemv_probe && /tmp/gemv_probe

@@ -16,6 +16,11 @@
 //                  one round trip to HBM plus a cluster barrier. For N >= 100000 (lm_head) a
 //                  wider variant: 16 threads x 16 bytes across a tile, each block's range of x
 //                  staged in shared memory, K split only as far as that range needs.
+//   batch_columns_kernel  the same layout on sm_90 for the mid shapes (v7: bf16/f16, K 512..2304,
+//                  N 2048..9216 where measured faster): whole batches of 8 16-byte loads per thread,
+//                  the first issued before x is staged in shared memory; K split over a cluster
+//                  sized so every block is resident, partial sums pushed to their owner block by
+//                  st.async onto its mbarrier (launch_columns_batch has the rule and numbers).
 //   columns_kernel the same layout below sm_90 (and with EMBER_DISABLE_FAST_PATHS=1), and on
 //                  sm_90 for 1024 < N < 100000 with more than ~3.7M elements (measured faster there) and
 //                  for long K with few column tiles (one cluster per tile would leave most SMs
@@ -67,7 +72,17 @@
 //      L4, 4 loads in flight, never 8), x in shared memory for rows (smem L4/L8), several rows
 //      per warp (multi R2/R4: at best 2304x9216 12.1 us, a shape-specific gain), columns split-K
 //      with one batch per block and float4 atomics (+-2%), cluster tiles of 512 threads (slower
-//      everywhere: fewer blocks in flight). (this)
+//      everywhere: fewer blocks in flight).
+//   v7 columns (not measured in ember yet; probe numbers, bench/gemv_probe.cu "columns2", H200,
+//      2026-11-30, bf16): batch_columns_kernel for K 512..2304, N 2048..9216, sm_90, 2-byte types.
+//      "batch C16 T512 L8 push" where each cluster rank's K range is one batch or whole batches:
+//      2048x2048 5.67 -> 5.25 us, 2048x6144 9.48 -> 8.35, 2048x7168 10.60 -> 9.45, 2048x8192
+//      11.57 -> 10.90, 768x2048 4.10 -> 3.81, 512x2048 3.66 -> 3.53; "batch C4 T1024 L8" where one
+//      wave of single-batch blocks without a cluster fills > half the slots: 2048x4096 7.58 ->
+//      7.20. Not taken (lost in the probe): 2304x2048 (6.11 -> 6.53) and 2304x9216 (13.59 ->
+//      13.88), whose ranges end in a partial batch. Differs from the probe: a closing relaxed
+//      cluster barrier (no block exits before the st.async it issued have landed), bias, f16,
+//      any ldb. (this)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -76,6 +91,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 
 #include "cuda/gemv.h"
@@ -391,6 +407,193 @@ __global__ void __launch_bounds__(kThreads) cluster_columns_kernel(const T* __re
 #endif
 }
 
+// v7 columns kernel ("batch" tiles, sm_90, 2-byte types): a tile of COLS threads x 16 bytes
+// across (COLS * 8 columns) and THREADS / COLS slices of K down the block, each thread taking
+// kClusterLoads rows per batch. The FIRST batch of weight loads is issued before anything else:
+// x is staged in shared memory only after it, so x's L2 round trip overlaps the weights', and the
+// __syncthreads between the loads and their first use keeps ptxas from interleaving them with
+// the FMAs (it does not sink loads below a barrier, and the FMAs need x from shared memory after
+// it). Whole batches load without predicates, a rank's last partial batch with them (a
+// block-uniform choice). K is split over a cluster of blocks per tile (rank r takes rows
+// [r, r + 1) * k_per_rank); the host sizes the cluster so every block is resident at once. The
+// block's slices are summed in shared memory, then each rank pushes the partial sums of the
+// columns rank q owns (share = kCols / ranks of them) into q's inbox with st.async, each store
+// completing its 4 bytes on q's mbarrier (which expects the tile's kCols * 4 bytes); owners wait
+// on their own mbarrier only, add the ranks' partials in rank order and write y (+ bias). A
+// cluster of one block writes y straight from its slice sums.
+//
+// Lifetime of the st.async stores (a block's shared memory is gone once it exits):
+//   - into a block: its waiting threads (threadIdx.x < kCols) leave the mbarrier wait only once
+//     all kCols * 4 bytes have landed, i.e. every rank's stores into it are complete, so it cannot
+//     exit with one of them in flight;
+//   - from a block: st.async has no completion the issuer can wait on (only the target's
+//     mbarrier sees it), so every thread of the cluster ends with a relaxed cluster barrier
+//     (arrive after the owner's wait and y write, then wait). It completes only once every
+//     owner has seen its inbox full, i.e. once every store issued in the cluster has landed, so
+//     no block exits before its own stores complete either. The arrive is relaxed (it orders no
+//     memory: y is already written, nothing is read after it), so ptxas emits no MEMBAR.ALL.GPU
+//     for it as it does for cluster.sync()'s release; it costs one cluster-barrier round trip
+//     after the last inbox fills.
+//   - before any store: every block's mbarrier is initialised (and its expected bytes posted) by
+//     its thread 0 before the opening cluster arrive, fenced by fence.mbarrier_init.release.cluster;
+//     stores are issued only after the cluster wait.
+// 16 bytes of weights, read once (not allocated in L1), as raw bits.
+__device__ __forceinline__ uint4 load_streaming(const void* p) {
+  uint4 q;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w) : "l"(p));
+  return q;
+}
+
+// L rows of 16 bytes, `step` elements apart; PRED: only the first `valid` (the rest zero).
+template <class T, int L, bool PRED> __device__ __forceinline__ void load_rows(uint4 (&r)[L], const T* p, size_t step, int valid) {
+#pragma unroll
+  for (int u = 0; u < L; ++u) r[u] = !PRED || u < valid ? load_streaming(p + u * step) : make_uint4(0, 0, 0, 0);
+}
+
+// The float values of a 2-byte type's bits: the low and high halves of a 32-bit word, or one
+// 16-bit value.
+template <class T> __device__ __forceinline__ float low_to_float(uint32_t w) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float(w << 16);
+  else return __half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xFFFFu)));
+}
+template <class T> __device__ __forceinline__ float high_to_float(uint32_t w) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float(w & 0xFFFF0000u);
+  else return __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
+}
+
+// acc[j] += x[row] * B[row][col0 + j] over a batch's L rows, S slices apart; xr: the first row's
+// x (raw bits) in shared memory. Rows past the range have zero weights and zero x.
+template <class T, int L, int S> __device__ __forceinline__ void fma_rows(float (&acc)[8], const uint4 (&r)[L], const uint16_t* xr) {
+#pragma unroll
+  for (int u = 0; u < L; ++u) {
+    const float xk = low_to_float<T>(xr[u * S]);
+    const uint32_t q[4] = {r[u].x, r[u].y, r[u].z, r[u].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      acc[2 * j] = fmaf(xk, low_to_float<T>(q[j]), acc[2 * j]);
+      acc[2 * j + 1] = fmaf(xk, high_to_float<T>(q[j]), acc[2 * j + 1]);
+    }
+  }
+}
+
+// SASS (sm_90a, cuobjdump, all four instantiations): 64 registers (the cap; 58 without it), no
+// spills or stack; the first batch's 8 LDG.E.NA.128 are issued on both paths (whole and
+// predicated) before the bias and x loads (LDG.E.U16) and the BAR.SYNC of the x staging, later
+// batches issue their 8 LDGs before the LDS of x and the FFMAs; the exchange is STAS + SYNCS
+// (mbarrier try-wait) between UCGABAR_ARV/WAIT pairs, no MEMBAR. Shared memory 27 KB (C16 T512)
+// and 43 KB (C4 T1024).
+// __launch_bounds__: 1024 threads per SM resident (2 blocks of 512, 1 of 1024), i.e. <= 64
+// registers, the occupancy the probe measured (58-62 registers).
+template <class T, int COLS, int THREADS>
+__global__ void __launch_bounds__(THREADS, 1024 / THREADS) batch_columns_kernel(const T* __restrict__ b, int64_t ldb, const T* __restrict__ x,
+                                                                const T* __restrict__ bias, T* __restrict__ y, int n, int k, int k_per_rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  static_assert(sizeof(T) == 2, "tiles sized for 8 columns per 16-byte load");
+  constexpr int VW = kVec<T>, L = kClusterLoads;
+  constexpr int kSlicesDown = THREADS / COLS, kCols = COLS * VW, kBatchRows = L * kSlicesDown;
+  constexpr int kParts = THREADS / kCols;  // threads summing one column's slices
+  static_assert(kParts >= 1 && kParts <= 32 && THREADS == kParts * kCols && kCols % 32 == 0);
+  constexpr int kStride = kCols + 32 / kParts;  // padding: the column sums read conflict-free
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const unsigned ranks = cluster.num_blocks(), rank = cluster.block_rank();
+  __shared__ alignas(8) uint64_t received;  // the owner's mbarrier (clusters of 2 or more)
+  const auto received_addr = static_cast<uint32_t>(__cvta_generic_to_shared(&received));
+  if (ranks > 1 && threadIdx.x == 0) {
+    // One arrival (this one) plus kCols * 4 bytes of transactions complete phase 0.
+    asm volatile(
+        "mbarrier.init.shared::cta.b64 [%0], 1;\n\t"
+        "fence.mbarrier_init.release.cluster;\n\t"
+        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(received_addr),
+        "r"(kCols * 4)
+        : "memory");
+  }
+  if (ranks > 1) __cluster_barrier_arrive_relaxed();
+
+  const int col_thread = threadIdx.x % COLS, slice = threadIdx.x / COLS;
+  const int tile0 = static_cast<int>(blockIdx.x) * kCols;
+  const int col0 = tile0 + col_thread * VW;
+  const bool active = col0 < n;  // n % 8 == 0: a chunk is all in or all out
+  const int k_begin = static_cast<int>(rank) * k_per_rank, k_end = min(k, k_begin + k_per_rank);
+  const int range = max(0, k_end - k_begin), padded = (range + kBatchRows - 1) / kBatchRows * kBatchRows;
+  const int valid = (range - slice + kSlicesDown - 1) / kSlicesDown;  // this thread's rows in the range (<= 0: none)
+  const size_t step = static_cast<size_t>(kSlicesDown) * static_cast<size_t>(ldb);
+  const T* bp = b + static_cast<size_t>(k_begin + slice) * static_cast<size_t>(ldb) + col0;
+
+  uint4 r[L];
+  if (active) {
+    if (range >= kBatchRows) load_rows<T, L, false>(r, bp, step, L);
+    else load_rows<T, L, true>(r, bp, step, valid);
+  }
+  // The output this thread writes, if any, and its bias (loaded while the weights stream in).
+  const unsigned share = kCols / ranks;  // ranks: a power of 2 <= 16
+  const int out_col = ranks == 1 ? tile0 + static_cast<int>(threadIdx.x) / kParts
+                                 : tile0 + static_cast<int>(rank * share + threadIdx.x / ranks);
+  const bool writes = (ranks == 1 ? threadIdx.x % kParts == 0 : threadIdx.x < kCols && threadIdx.x % ranks == 0) && out_col < n;
+  const float bias_value = writes && bias ? to_float(bias[out_col]) : 0.f;
+
+  __shared__ uint16_t x_range[kMaxXRange];  // the rank's x as raw bits, zero-padded to whole batches
+  const auto* xg = reinterpret_cast<const uint16_t*>(x) + k_begin;
+  for (int i = threadIdx.x; i < padded; i += THREADS) x_range[i] = i < range ? xg[i] : uint16_t{0};
+  __syncthreads();
+  float acc[VW] = {};
+  if (active) {
+    fma_rows<T, L, kSlicesDown>(acc, r, x_range + slice);
+    for (int kb = kBatchRows, done = L; kb < padded; kb += kBatchRows, done += L) {
+      bp += L * step;
+      if (kb + kBatchRows <= range) load_rows<T, L, false>(r, bp, step, L);
+      else load_rows<T, L, true>(r, bp, step, valid - done);
+      fma_rows<T, L, kSlicesDown>(acc, r, x_range + kb + slice);
+    }
+  }
+
+  // Sum the block's slices: kParts neighbouring lanes per column, then shuffles.
+  __shared__ alignas(16) float sums[kSlicesDown][kStride];
+  __shared__ float inbox[kCols];  // [source rank][owned column]
+#pragma unroll
+  for (int j = 0; j < VW; j += 4)
+    *reinterpret_cast<float4*>(&sums[slice][col_thread * VW + j]) = make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
+  __syncthreads();
+  const int col = threadIdx.x / kParts, part = threadIdx.x % kParts;
+  float s = 0.f;
+#pragma unroll
+  for (int sl = part; sl < kSlicesDown; sl += kParts) s += sums[sl][col];
+#pragma unroll
+  for (int off = kParts / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+  if (ranks == 1) {
+    if (writes) y[out_col] = from_float<T>(s + bias_value);
+    return;
+  }
+  cluster.barrier_wait();  // every rank's mbarrier is initialised
+  if (part == 0) {
+    const uint32_t owner = col / share;
+    const auto slot = static_cast<uint32_t>(__cvta_generic_to_shared(&inbox[rank * share + col % share]));
+    uint32_t remote_slot, remote_barrier;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_slot) : "r"(slot), "r"(owner));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_barrier) : "r"(received_addr), "r"(owner));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(remote_slot),
+                 "r"(__float_as_uint(s)), "r"(remote_barrier)
+                 : "memory");
+  }
+  if (threadIdx.x < kCols) {  // whole warps: kCols is a multiple of 32
+    uint32_t full = 0;
+    while (!full)
+      asm volatile(
+          "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+          : "=r"(full)
+          : "r"(received_addr)
+          : "memory");
+    const unsigned source = threadIdx.x % ranks, owned = threadIdx.x / ranks;
+    float v = inbox[source * share + owned];
+    for (unsigned off = 1; off < ranks; off *= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+    if (writes) y[out_col] = from_float<T>(v + bias_value);
+  }
+  // No block exits before every store into or from it has landed (see above).
+  __cluster_barrier_arrive_relaxed();
+  __cluster_barrier_wait();
+#endif
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 /// One GEMV problem: y[m * ldy + r] = sum_k x[m * ldx + k] * W(r, k) (+ bias[r]) for m < m_rows.
@@ -452,14 +655,14 @@ SplitState split_state_for(int device, cudaStream_t stream, int64_t tiles, int64
   return {base, reinterpret_cast<float*>(base + tiles)};
 }
 
-// The launch configuration of the cluster columns kernel: tiles x cluster blocks of kThreads, the
-// cluster along y.
+// The launch configuration of the cluster columns kernels: tiles x cluster blocks of `threads`,
+// the cluster along y.
 struct ClusterLaunch {
   cudaLaunchConfig_t config{};
   cudaLaunchAttribute attribute{};
-  ClusterLaunch(unsigned tiles, unsigned cluster, cudaStream_t stream) {
+  ClusterLaunch(unsigned tiles, unsigned cluster, cudaStream_t stream, int threads = kThreads) {
     config.gridDim = dim3(tiles, cluster);
-    config.blockDim = dim3(kThreads);
+    config.blockDim = dim3(static_cast<unsigned>(threads));
     config.stream = stream;
     attribute.id = cudaLaunchAttributeClusterDimension;
     attribute.val.clusterDim.x = 1;
@@ -472,25 +675,27 @@ struct ClusterLaunch {
   ClusterLaunch& operator=(const ClusterLaunch&) = delete;
 };
 
-// The largest cluster the cluster columns kernel `kernel` may use on `device` (compute capability
-// 9.0 or newer), 0 where it cannot run: a binary that carries the kernel only for an older
-// architecture (its body is compiled out there). 16 where the GPU can schedule clusters of 16 of
-// its blocks (a non-portable size), else the portable 8. Cached per kernel and device.
-// Blocks of kThreads threads of `kernel` resident per SM (cached per kernel and device).
-int resident_blocks_per_sm(const void* kernel, int device) {
+// Blocks of `threads` threads (the kernel's block size) of `kernel` resident per SM (cached per
+// kernel and device).
+int resident_blocks_per_sm(const void* kernel, int device, int threads = kThreads) {
   static std::mutex mutex;
   static std::map<std::pair<const void*, int>, int> counts;
   std::lock_guard lock(mutex);
   const auto [it, inserted] = counts.try_emplace({kernel, device}, 1);
   if (inserted) {
     int blocks = 0;
-    EMBER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, 0));
+    EMBER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0));
     it->second = std::max(blocks, 1);
   }
   return it->second;
 }
 
-int cluster_size_limit(const void* kernel, int device) {
+// The largest cluster the cluster columns kernel `kernel` (blocks of `threads`) may use on
+// `device` (compute capability 9.0 or newer), 0 where it cannot run: a binary that carries the
+// kernel only for an older architecture (its body is compiled out there). 16 where the GPU can
+// schedule clusters of 16 of its blocks (a non-portable size), else the portable 8. Cached per
+// kernel and device.
+int cluster_size_limit(const void* kernel, int device, int threads = kThreads) {
   static std::mutex mutex;
   static std::map<std::pair<const void*, int>, int> limits;
   std::lock_guard lock(mutex);
@@ -500,12 +705,100 @@ int cluster_size_limit(const void* kernel, int device) {
   EMBER_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
   if (attributes.ptxVersion < 90) return it->second;
   EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  const ClusterLaunch launch(1, kMaxClusterSize, nullptr);
+  const ClusterLaunch launch(1, kMaxClusterSize, nullptr, threads);
   int largest = 0, clusters = 0;
   EMBER_CUDA_CHECK(cudaOccupancyMaxPotentialClusterSize(&largest, kernel, &launch.config));
   if (largest >= kMaxClusterSize) EMBER_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config));
   it->second = clusters > 0 ? kMaxClusterSize : 8;
   return it->second;
+}
+
+// Clusters of `cluster` blocks (of `threads`) of `kernel` resident at once on `device`, after
+// cluster_size_limit allowed its sizes (cached per kernel, device and size).
+int resident_clusters(const void* kernel, int device, int threads, int cluster) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, std::pair<int, int>>, int> counts;
+  std::lock_guard lock(mutex);
+  const auto [it, inserted] = counts.try_emplace({kernel, {device, cluster}}, 0);
+  if (inserted) {
+    const ClusterLaunch launch(1, static_cast<unsigned>(cluster), nullptr, threads);
+    EMBER_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&it->second, kernel, &launch.config));
+  }
+  return it->second;
+}
+
+// The v7 batch kernel's two configurations (bench/gemv_probe.cu's "batch C16 T512 L8 push" and
+// "batch C4 T1024 L8"): threads across a tile, threads per block, and the rows of K one batch of
+// loads covers (kClusterLoads per thread, one per slice).
+constexpr int kBatchColThreads = 16, kBatchThreads = 512, kBatchRows = kClusterLoads * kBatchThreads / kBatchColThreads;
+constexpr int kWaveColThreads = 4, kWaveThreads = 1024, kWaveRows = kClusterLoads * kWaveThreads / kWaveColThreads;
+// The box of shapes measured (bf16, columns2 section of the probe): K 512..2304, N 2048..9216.
+constexpr int64_t kBatchMinK = 512, kBatchMaxK = 2304, kBatchMinN = 2048, kBatchMaxN = 9216;
+static_assert(kBatchMaxK <= kMaxXRange, "a rank's x range must fit the batch kernel's shared memory");
+
+template <class T, int COLS, int THREADS>
+void launch_batch_columns(const GemvArgs<T>& g, int64_t tiles, int cluster, cudaStream_t stream) {
+  const auto kernel = batch_columns_kernel<T, COLS, THREADS>;
+  const int k_per_rank = static_cast<int>((g.k + cluster - 1) / cluster);
+  const int n = static_cast<int>(g.n), k = static_cast<int>(g.k);
+  if (cluster == 1) {  // a plain launch, as measured (a one-block cluster needs no mbarrier)
+    kernel<<<static_cast<unsigned>(tiles), THREADS, 0, stream>>>(g.w, g.ldw, g.x, g.bias, g.y, n, k, k_per_rank);
+    return;
+  }
+  const ClusterLaunch launch(static_cast<unsigned>(tiles), static_cast<unsigned>(cluster), stream, THREADS);
+  EMBER_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, g.w, g.ldw, g.x, g.bias, g.y, n, k, k_per_rank));
+}
+
+// v7: the batch kernel on the mid shapes where bench/gemv_probe.cu measured it faster than the
+// kernels the host ran there (v4's split-K kernel, or v5's cluster kernel for <= 3.7M elements),
+// bf16 on the H200, 2026-11-30 (docs/perf-runs/2026-11-30-s5-probes.txt, "columns2"). Returns
+// false (launching nothing) elsewhere: f32 (not measured; its tiles would have 4 columns per
+// load), no 16-byte loads, below sm_90 or EMBER_DISABLE_FAST_PATHS=1, outside the measured box.
+//   C4 T1024 (32-column tiles, 256 slices: one batch covers K <= 2048, one block per tile, no
+//   cluster), when that runs as a single wave of resident blocks that fills more than half the
+//   slots: the whole matrix is requested in one round trip with no cross-block reduction.
+//   2048x4096: 128 blocks on 132 slots, 7.58 -> 7.20 us. Where it ran otherwise it lost: two
+//   waves (2048x8192, 256 blocks: 13.9 vs 11.6), K split over a cluster of 2 because the tiles
+//   fill only half the slots (2048x2048 5.89 vs 5.67, 768x2048 4.47 vs 4.10), K > 2048 (2304x2048
+//   6.23 vs 6.11). It rests on that one shape: the lead's measurements decide whether it stays.
+//   C16 T512 (128-column tiles, 32 slices: a batch is 256 rows of K), K split over the largest
+//   power-of-2 cluster with every block resident at once, when each rank's range is at most one
+//   batch or whole batches: 2048x2048 5.67 -> 5.25 us (cluster 8), 2048x6144 9.48 -> 8.35 (4),
+//   2048x7168 10.60 -> 9.45 (4), 2048x8192 11.57 -> 10.90 (2), 768x2048 4.10 -> 3.81 (8, one
+//   partial batch of 96 rows), 512x2048 3.66 -> 3.53 (8, 64 rows). A range of whole batches plus
+//   a partial one costs one more dependent round trip for a few rows, and both such shapes lost:
+//   2304x2048 (cluster 8, ranges of 256 + 32 rows) 6.11 -> 6.53, 2304x9216 (cluster 2, 4 x 256 +
+//   128) 13.59 -> 13.88; they keep v4. 2048x4096 (cluster 4, 2 batches, 128 blocks) lost too
+//   (7.58 -> 7.77): the C4 rule above takes it first. Of the decode table's shapes the rule also
+//   takes one the probe did not run: 1792x2048 (cluster 8, one batch of 224 rows; v5's kernel
+//   before).
+template <class T> bool launch_columns_batch(const GemvArgs<T>& g, int device, cudaStream_t stream) {
+  if constexpr (sizeof(T) != 2) {
+    return false;
+  } else {
+    if (g.k < kBatchMinK || g.k > kBatchMaxK || g.n < kBatchMinN || g.n > kBatchMaxN || !fast_paths_enabled(device, 90)) return false;
+    const int64_t sms = device_properties(device).multiProcessorCount;
+    const auto wave_kernel = reinterpret_cast<const void*>(batch_columns_kernel<T, kWaveColThreads, kWaveThreads>);
+    if (cluster_size_limit(wave_kernel, device, kWaveThreads) == 0) return false;  // no sm_90 code in this binary
+    const int64_t wave_tiles = (g.n + kWaveColThreads * kVec<T> - 1) / (kWaveColThreads * kVec<T>);
+    const int64_t wave_slots = sms * resident_blocks_per_sm(wave_kernel, device, kWaveThreads);
+    if (g.k <= kWaveRows && 2 * wave_tiles > wave_slots && wave_tiles <= wave_slots) {
+      launch_batch_columns<T, kWaveColThreads, kWaveThreads>(g, wave_tiles, 1, stream);
+      return true;
+    }
+    const auto kernel = reinterpret_cast<const void*>(batch_columns_kernel<T, kBatchColThreads, kBatchThreads>);
+    const int max_cluster = cluster_size_limit(kernel, device, kBatchThreads);
+    const int64_t tiles = (g.n + kBatchColThreads * kVec<T> - 1) / (kBatchColThreads * kVec<T>);
+    constexpr int64_t kSlicesDown = kBatchThreads / kBatchColThreads;
+    int cluster = 1;
+    if (tiles > sms * resident_blocks_per_sm(kernel, device, kBatchThreads)) return false;
+    while (2 * cluster <= max_cluster && g.k / (2 * cluster) >= kSlicesDown && tiles <= resident_clusters(kernel, device, kBatchThreads, 2 * cluster))
+      cluster *= 2;
+    const int64_t range = (g.k + cluster - 1) / cluster;  // <= kBatchMaxK: fits the kernel's x range
+    if (range > kBatchRows && range % kBatchRows != 0) return false;
+    launch_batch_columns<T, kBatchColThreads, kBatchThreads>(g, tiles, cluster, stream);
+    return true;
+  }
 }
 
 // One cluster per column tile, when that gives the GPU enough to do. Returns false (launching
@@ -574,6 +867,7 @@ template <class T> bool launch_columns_wide(const GemvArgs<T>& g, int device, cu
 template <class T> void launch_columns(const GemvArgs<T>& g, int device, cudaStream_t stream) {
   const bool vec = g.n % kVec<T> == 0 && g.ldw % kVec<T> == 0 && aligned16(g.w) && aligned16(g.y);
   if (vec && launch_columns_wide<T>(g, device, stream)) return;
+  if (vec && launch_columns_batch<T>(g, device, stream)) return;
   if (vec ? launch_columns_cluster<T, true>(g, device, stream) : launch_columns_cluster<T, false>(g, device, stream)) return;
   const int64_t tile = vec ? 32 * kVec<T> : 32;
   const int64_t tiles = (g.n + tile - 1) / tile;

@@ -181,5 +181,38 @@ EMBER_PARITY_CASE_TOL(gemv_columns_wide_n, 2e-2, 2e-2, {
           matmul(randn_on(d, {1, 40}, kFloat32, 135), randn_on(d, {40, 100000}, kFloat32, 136))};
 });
 
+// The v7 batch kernel (sm_90, bf16/f16, K 512..2304, N 2048..9216), on the configurations a
+// 132-SM H200 picks: C16 T512 with clusters of 8 (N 2056: a last tile of 8 of 128 columns, K 997:
+// ranges of 125 rows, the last 122, one predicated batch), of 4 (K 2047 x N 5120: ranges of 512
+// rows, two whole batches, the last rank 511, so its second batch is the predicated one), f16
+// K 768 (ranges of 96) with bias, as A @ v (A unit-stride along M) and from a wider matrix (ldb
+// 2064 > N), K 512 (64 rows per rank); C4 T1024 (one block per 32-column tile, no cluster) on
+// K 2047 x N 4096 with bias; each called twice where its mbarrier and cluster barriers must leave
+// nothing behind. f32 at a v7 shape runs the older kernels (v7 takes 2-byte types only).
+EMBER_PARITY_CASE_TOL(gemv_columns_batch_v7, 2e-2, 2e-2, {
+  std::vector<Tensor> outs;
+  const Tensor x997 = randn_on(d, {1, 997}, kBFloat16, 140), b2056 = randn_on(d, {997, 2056}, kBFloat16, 141);
+  const Tensor bias2056 = randn_on(d, {2056}, kBFloat16, 142);
+  outs.push_back(matmul(x997, b2056).to(kFloat32));
+  outs.push_back(linear(x997, b2056.t(), bias2056).to(kFloat32));
+  const Tensor x2047 = randn_on(d, {1, 2047}, kBFloat16, 143);
+  const Tensor b5120 = randn_on(d, {2047, 5120}, kBFloat16, 144) * Scalar(0.05);
+  outs.push_back(matmul(x2047, b5120).to(kFloat32));
+  outs.push_back(linear(x2047, b5120.t(), randn_on(d, {5120}, kBFloat16, 145)).to(kFloat32));
+  const Tensor b4096 = randn_on(d, {2047, 4096}, kBFloat16, 146) * Scalar(0.05), bias4096 = randn_on(d, {4096}, kBFloat16, 147);
+  outs.push_back(linear(x2047, b4096.t(), bias4096).to(kFloat32));
+  outs.push_back(linear(x2047, b4096.t(), bias4096).to(kFloat32));
+  const Tensor x768 = randn_on(d, {1, 768}, kFloat16, 148), b768 = randn_on(d, {768, 2048}, kFloat16, 149);
+  const Tensor bias768 = randn_on(d, {2048}, kFloat16, 150);
+  outs.push_back(linear(x768, b768.t(), bias768).to(kFloat32));
+  outs.push_back(linear(x768, b768.t(), bias768).to(kFloat32));
+  outs.push_back(matmul(b768.t(), randn_on(d, {768, 1}, kFloat16, 151)).to(kFloat32));
+  const Tensor wider = randn_on(d, {768, 2064}, kFloat16, 152).slice(1, 0, 2048);
+  outs.push_back(matmul(x768, wider).to(kFloat32));
+  outs.push_back(matmul(randn_on(d, {1, 512}, kBFloat16, 153), randn_on(d, {512, 2048}, kBFloat16, 154)).to(kFloat32));
+  outs.push_back(matmul(randn_on(d, {1, 768}, kFloat32, 155), randn_on(d, {768, 2048}, kFloat32, 156)));
+  return outs;
+});
+
 }  // namespace
 }  // namespace ember::test
