@@ -550,9 +550,14 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS) batch_columns_kernel(
   // Sum the block's slices: kParts neighbouring lanes per column, then shuffles.
   __shared__ alignas(16) float sums[kSlicesDown][kStride];
   __shared__ float inbox[kCols];  // [source rank][owned column]
+  if constexpr (kStride % 4 == 0) {
 #pragma unroll
-  for (int j = 0; j < VW; j += 4)
-    *reinterpret_cast<float4*>(&sums[slice][col_thread * VW + j]) = make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
+    for (int j = 0; j < VW; j += 4)
+      *reinterpret_cast<float4*>(&sums[slice][col_thread * VW + j]) = make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
+  } else {  // rows of kStride floats are not 16-byte aligned (C4 T1024: 33 floats)
+#pragma unroll
+    for (int j = 0; j < VW; ++j) sums[slice][col_thread * VW + j] = acc[j];
+  }
   __syncthreads();
   const int col = threadIdx.x / kParts, part = threadIdx.x % kParts;
   float s = 0.f;
