@@ -1,9 +1,9 @@
 // scaled_mm on CUDA: out = (a * scale_a) @ (b * scale_b) (+ bias) for FP8 a [M, K], b [K, N].
 //
-// Paths (scaled_mm at the end tries fp8_core_gemv, fp8_mma_gemv, fp8_gemv, cuBLASLt, generic):
-//   fp8_core_gemv  M = 1, K <= 12288 on compute capability >= 8.9 (fast paths enabled), the decode
-//               layout below: CUDA-core FMAs over f16-converted weights (see the kernel);
-//               use_fast_accum selects half2 product sums there.
+// Paths (scaled_mm at the end tries fp8_mma16_gemv / fp8_core_gemv, fp8_mma_gemv, fp8_gemv, cuBLASLt, generic):
+//   fp8_mma16_gemv / fp8_core_gemv  M = 1, K <= 16384 on compute capability >= 8.9 (fast paths
+//               enabled), the decode layout below: x converted once per block to f16, then f16
+//               mma (exact products, f32 sums) or, with use_fast_accum, half2 FMAs (see below).
 //   fp8_gemv    M <= 4 where fp8_mma_gemv cannot run (capability < 8.9 or fast paths
 //               disabled), b = w.t() of a row-major weight w [N, K] (the decode layout), both
 //               e4m3fn, out f32/f16/bf16. Reads each weight byte once with 16-byte loads and
@@ -29,8 +29,9 @@
 // weight and activation pair bound it). v3 fp8_mma_gemv (mma.sync e4m3): 17.5 us again, because
 // Hopper has no FP8 mma.sync: for sm_90a ptxas lowers it to conversions + HMMA.16816 (the SASS
 // shows it; Hopper's FP8 tensor cores are reached through wgmma only). Native on sm_89.
-// v4 (session 6) fp8_core_gemv at M = 1, from bench/fp8_gemv_probe.cu, whose "core R2 L4" (the
-// fast mode here) took 15.24 us tensorwise, 15.36 rowwise, against 17.47 / 17.80 for v3.
+// v4 (session 6) at M = 1, from bench/fp8_gemv_probe.cu: fp8_mma16_gemv (probe: 16.70 us
+// tensorwise, 17.13 rowwise; 4096x4096 6.65 vs v3's 10.28, 2048x768 2.76 vs 5.20) and, with
+// use_fast_accum, fp8_core_gemv (probe 15.24 / 15.36; in ember 15.51 us, torch 17.41).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -278,123 +279,144 @@ void launch_mma_gemv(const Tensor& a, const Tensor& b, const Tensor& sa, const T
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
-// ---- FP8 GEMV on CUDA cores, one activation row -----------------------------------------------
-// out[r] = (sum_k a[k] w[r, k]) * scale_a * scale_b (+ bias[r]) at M = 1. Probed first in
-// bench/fp8_gemv_probe.cu ("core R2 L4"): on Hopper the fp8 mma is conversions + HMMA anyway, so
-// conversions are what bind, and this kernel converts each weight byte once (one F2FP per two
-// bytes, to f16) against x converted once per block into shared memory (fp8_mma_gemv spends
-// 0.75 F2FP per weight byte, fp8_gemv converts x again for every weight row).
-// A warp owns kCoreRows consecutive weight rows; lane j takes the 16-byte chunks j, j + 32, ...
-// of each (512 contiguous bytes per load instruction), L chunks per row per batch, unpredicated
-// (rows past n read row n - 1 and are not written). The first batch is issued before x is staged.
-// Two ways to add the products (use_fast_accum, as torch._scaled_mm's flag):
-//   exact (default)  x staged as f32; each f16 pair widened to f32 and FMA'd: the products and sums
-//                    are the CPU reference's (f32), up to the order of the additions.
-//   fast             x staged as f16; a chunk's 16 products summed as two half2 chains of 8
-//                    (HFMA2), then in f32: ~4e-4 of max|out| on random data, below bf16 output
-//                    rounding. Each x chunk is staged divided by the power of two that brings its
-//                    largest |x| into [1, 2) (kept as the chunk's f32 scale), so |product| < 896 and
-//                    a chain's sum < 7168 (no f16 overflow), and x's large elements times any
-//                    weight (>= 2^-9) stay in f16's normal range.
-constexpr int kCoreWarps = 8;
-constexpr int kCoreRows = 2;
-constexpr int kCoreMaxK = 12288;  // staged x (exact: 4 bytes per element) within the default 48 KB
+// ---- FP8 GEMV at M = 1: x converted once per block into shared memory ----------------------------
+// Both kernels below were probed first in bench/fp8_gemv_probe.cu: on Hopper the fp8 mma.sync of
+// fp8_mma_gemv is conversions + HMMA anyway, and it spends 0.75 F2FP per weight byte (x converted
+// again for every mma). These convert each weight byte once (one F2FP per two bytes, to f16)
+// against x staged once per block as f16 (exact: every e4m3 value is an f16), with the block's
+// first batch of weight loads issued before the staging and its barrier.
+//   fp8_mma16_gemv  (exact, the default) the probe's "mma16 W8 L4": 16 weight rows per block of 8
+//                   warps, each warp a contiguous range of K; mma.sync m16n8k16 f16 with f32
+//                   accumulation (the products of f16 values are exact).
+//   fp8_core_gemv   (use_fast_accum) the probe's "core R2 L4": CUDA-core half2 FMAs, a chunk's 16
+//                   products summed as two f16 chains of 8, then in f32.
+// Measured in ember (H200, 1 x 4096 x 14336 bf16 out): an exact CUDA-core variant (f16 pairs
+// widened to f32, FFMA against x staged as f32) took 24.9 us: FMA-bound, dropped.
+constexpr int kStagedMaxK = 16384;  // x as f16 (+ the fast kernel's chunk scales) within 48 KB
 
-__device__ __forceinline__ __half2 e4m3x2_to_half2(uint32_t pair) {
-  return __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3));
+// Two e4m3 bytes (the low 16 bits of `pair`) -> f16x2 by the conversion instruction.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t pair) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
 }
 
-template <bool FAST> struct CoreStaging;
-// exact: x chunk c (16 values) as four float4 at x[4c..4c+3].
-template <> struct CoreStaging<false> {
-  static constexpr size_t bytes_per_chunk = 4 * sizeof(float4);
-  __device__ static void stage(const uint4& q, int c, void* smem, int) {
-    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-    float4* x = static_cast<float4*>(smem) + 4 * c;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 lo = __half22float2(e4m3x2_to_half2(words[j])), hi = __half22float2(e4m3x2_to_half2(words[j] >> 16));
-      x[j] = make_float4(lo.x, lo.y, hi.x, hi.y);
-    }
-  }
-  // Chunk c of R weight rows dotted with x's chunk c, added to acc.
-  template <int R> __device__ static void add_chunk(const uint4 (&wq)[R], int c, const void* smem, int, float (&acc)[R]) {
-    const float4* x = static_cast<const float4*>(smem) + 4 * c;
-    const float4 xv[4] = {x[0], x[1], x[2], x[3]};
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const uint32_t ww[4] = {wq[r].x, wq[r].y, wq[r].z, wq[r].w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 lo = __half22float2(e4m3x2_to_half2(ww[j])), hi = __half22float2(e4m3x2_to_half2(ww[j] >> 16));
-        acc[r] = fmaf(lo.x, xv[j].x, acc[r]);
-        acc[r] = fmaf(lo.y, xv[j].y, acc[r]);
-        acc[r] = fmaf(hi.x, xv[j].z, acc[r]);
-        acc[r] = fmaf(hi.y, xv[j].w, acc[r]);
-      }
-    }
-  }
-};
-// fast: x chunk c as 16 halves in two uint4 at x[2c], x[2c + 1], then one f32 scale per chunk
-// after all of them (scales start at x + 2 * chunks).
-template <> struct CoreStaging<true> {
-  static constexpr size_t bytes_per_chunk = 2 * sizeof(uint4) + sizeof(float);
-  __device__ static void stage(const uint4& q, int c, void* smem, int chunks) {
-    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-    __half2 h[8];
-    __half2 amax = __float2half2_rn(0.f);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      h[2 * j] = e4m3x2_to_half2(words[j]);
-      h[2 * j + 1] = e4m3x2_to_half2(words[j] >> 16);
-      amax = __hmax2(amax, __hmax2(__habs2(h[2 * j]), __habs2(h[2 * j + 1])));
-    }
-    const float m = fmaxf(__low2float(amax), __high2float(amax));
-    // 2^e <= m < 2^(e + 1), e in [-9, 8]; m = 0 (or NaN, whose products are NaN anyway): e = 0.
-    const int e = m > 0.f ? static_cast<int>((__float_as_uint(m) >> 23) & 0xff) - 127 : 0;
-    const __half2 down = __float2half2_rn(__uint_as_float(static_cast<uint32_t>(127 - e) << 23));
-    uint32_t packed[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const __half2 v = __hmul2(h[j], down);
-      memcpy(&packed[j], &v, 4);
-    }
-    uint4* x = static_cast<uint4*>(smem);
-    x[2 * c] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-    x[2 * c + 1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
-    reinterpret_cast<float*>(x + 2 * chunks)[c] = __uint_as_float(static_cast<uint32_t>(127 + e) << 23);
-  }
-  template <int R>
-  __device__ static void add_chunk(const uint4 (&wq)[R], int c, const void* smem, int chunks, float (&acc)[R]) {
-    const uint4* x = static_cast<const uint4*>(smem);
-    const uint4 x0 = x[2 * c], x1 = x[2 * c + 1];
-    const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-    const float scale = reinterpret_cast<const float*>(x + 2 * chunks)[c];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const uint32_t ww[4] = {wq[r].x, wq[r].y, wq[r].z, wq[r].w};
-      __half2 sum = __float2half2_rn(0.f);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        __half2 x_lo, x_hi;
-        memcpy(&x_lo, &xw[2 * j], 4);
-        memcpy(&x_hi, &xw[2 * j + 1], 4);
-        sum = __hfma2(e4m3x2_to_half2(ww[j]), x_lo, sum);
-        sum = __hfma2(e4m3x2_to_half2(ww[j] >> 16), x_hi, sum);
-      }
-      acc[r] = fmaf(__low2float(sum) + __high2float(sum), scale, acc[r]);
-    }
-  }
-};
+/// out[col] = v * scale_a * scale_b (+ bias[col]) for the one activation row.
+template <class OutT>
+__device__ __forceinline__ void write_m1(float v, int col, const float* scale_a, const float* scale_b, bool scale_b_per_col,
+                                         const OutT* bias, OutT* out) {
+  out[col] = from_float<OutT>(v * scale_a[0] * scale_b[scale_b_per_col ? col : 0] + (bias ? to_float(bias[col]) : 0.f));
+}
 
-template <int L, bool FAST, class OutT>
+constexpr int kMma16Warps = 8;
+
+// Thread (g = lane / 4, q = lane % 4) loads chunk 4 s + q (16 bytes) of weight rows g and g + 8 for
+// step s of its warp's range; word j of the two chunks is one m16n8k16 mma's A (a0 / a2: row g, the
+// word's byte pairs {0, 1} / {2, 3}; a1 / a3: row g + 8), with x's f16 for the same 4 k as B (every
+// column of B is x, so every column of D is the same dot product). Rows past n read row n - 1; the
+// steps past K (K % 64 != 0) are predicated loads against zeros staged past x's end.
+template <int L, class OutT>
+__global__ void __launch_bounds__(kMma16Warps * 32) fp8_mma16_gemv(const uint4* __restrict__ w, int ldw_chunks,
+                                                                  const uint4* __restrict__ x, int chunks, int n,
+                                                                  const float* __restrict__ scale_a,
+                                                                  const float* __restrict__ scale_b, bool scale_b_per_col,
+                                                                  const OutT* __restrict__ bias, OutT* __restrict__ out) {
+  extern __shared__ uint4 x_f16[];  // chunk c of x (16 e4m3) -> x_f16[2c], x_f16[2c + 1]; zeros past x
+  __shared__ float partial[kMma16Warps][16];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
+  const int row0 = static_cast<int>(blockIdx.x) * 16;
+  const int full_steps = chunks / 4, steps = (chunks + 3) / 4, per_warp = (steps + kMma16Warps - 1) / kMma16Warps;
+  const int s_begin = min(steps, warp * per_warp), s_end = min(steps, s_begin + per_warp);
+  const int batch_end = min(s_end, full_steps);
+  const uint4* lo = w + static_cast<size_t>(min(row0 + g, n - 1)) * ldw_chunks + q;
+  const uint4* hi = w + static_cast<size_t>(min(row0 + g + 8, n - 1)) * ldw_chunks + q;
+  uint4 wl[L], wh[L];
+  const auto load_batch = [&](int s) {
+#pragma unroll
+    for (int u = 0; u < L; ++u) {
+      wl[u] = __ldg(lo + 4 * (s + u));
+      wh[u] = __ldg(hi + 4 * (s + u));
+    }
+  };
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  const auto add_step = [&](const uint4& l, const uint4& h, int s) {
+    const uint4* xs = x_f16 + 2 * (4 * s + q);
+    const uint4 x0 = xs[0], x1 = xs[1];
+    const uint32_t lw[4] = {l.x, l.y, l.z, l.w}, hw[4] = {h.x, h.y, h.z, h.w};
+    const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t a0 = e4m3x2_to_f16x2(lw[j]), a2 = e4m3x2_to_f16x2(lw[j] >> 16);
+      const uint32_t a1 = e4m3x2_to_f16x2(hw[j]), a3 = e4m3x2_to_f16x2(hw[j] >> 16);
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+          : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+          : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(xw[2 * j]), "r"(xw[2 * j + 1]));
+    }
+  };
+  const bool first_batch = s_begin + L <= batch_end;
+  if (first_batch) load_batch(s_begin);
+  for (int c = threadIdx.x; c < 4 * steps; c += kMma16Warps * 32) {
+    uint32_t h[8] = {};
+    if (c < chunks) {
+      const uint4 v = x[c];
+      const uint32_t vw[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        h[2 * j] = e4m3x2_to_f16x2(vw[j]);
+        h[2 * j + 1] = e4m3x2_to_f16x2(vw[j] >> 16);
+      }
+    }
+    x_f16[2 * c] = make_uint4(h[0], h[1], h[2], h[3]);
+    x_f16[2 * c + 1] = make_uint4(h[4], h[5], h[6], h[7]);
+  }
+  __syncthreads();
+  int s = s_begin;
+  if (first_batch) {
+    for (;;) {
+#pragma unroll
+      for (int u = 0; u < L; ++u) add_step(wl[u], wh[u], s + u);
+      s += L;
+      if (s + L > batch_end) break;
+      load_batch(s);
+    }
+  }
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (; s < s_end; ++s) {
+    const bool in = 4 * s + q < chunks;
+    add_step(in ? __ldg(lo + 4 * s) : zero, in ? __ldg(hi + 4 * s) : zero, s);
+  }
+  // acc[0] = D(row g, column 2q), acc[2] = D(row g + 8, column 2q).
+  if (q == 0) {
+    partial[warp][g] = acc[0];
+    partial[warp][g + 8] = acc[2];
+  }
+  __syncthreads();
+  if (threadIdx.x < 16 && row0 + static_cast<int>(threadIdx.x) < n) {
+    float v = 0.f;
+#pragma unroll
+    for (int i = 0; i < kMma16Warps; ++i) v += partial[i][threadIdx.x];
+    write_m1(v, row0 + static_cast<int>(threadIdx.x), scale_a, scale_b, scale_b_per_col, bias, out);
+  }
+}
+
+constexpr int kCoreWarps = 8;
+constexpr int kCoreRows = 2;
+
+// A warp owns kCoreRows consecutive weight rows; lane j takes the 16-byte chunks j, j + 32, ... of
+// each (512 contiguous bytes per load instruction), L chunks per row per batch, unpredicated (rows
+// past n read row n - 1 and are not written), then a tail of single chunks.
+// Precision: ~4e-4 of max|out| on random data, below bf16 output rounding. Each x chunk is staged
+// divided by the power of two that brings its largest |x| into [1, 2) (kept as the chunk's f32
+// scale), so |product| < 896 and a chain's sum < 7168 (no f16 overflow), and x's large elements
+// times any weight (>= 2^-9) stay in f16's normal range.
+template <int L, class OutT>
 __global__ void __launch_bounds__(kCoreWarps * 32) fp8_core_gemv(const uint4* __restrict__ w, int ldw_chunks,
-                                                                const uint4* __restrict__ a, int chunks, int n,
+                                                                const uint4* __restrict__ x, int chunks, int n,
                                                                 const float* __restrict__ scale_a,
                                                                 const float* __restrict__ scale_b, bool scale_b_per_col,
                                                                 const OutT* __restrict__ bias, OutT* __restrict__ out) {
-  extern __shared__ uint4 x_staged[];
-  using Staging = CoreStaging<FAST>;
+  extern __shared__ uint4 x_half[];                                     // chunk c: x_half[2c], x_half[2c + 1]
+  float* x_chunk_scale = reinterpret_cast<float*>(x_half + 2 * chunks);  // chunk c's power of two
   constexpr int R = kCoreRows;
   const int lane = threadIdx.x % 32, row0 = (blockIdx.x * kCoreWarps + threadIdx.x / 32) * R;
   const uint4* row[R];
@@ -409,10 +431,59 @@ __global__ void __launch_bounds__(kCoreWarps * 32) fp8_core_gemv(const uint4* __
   };
   const bool whole_batches = L * 32 <= chunks;
   if (whole_batches) load_batch(0);
-  for (int c = threadIdx.x; c < chunks; c += kCoreWarps * 32) Staging::stage(a[c], c, x_staged, chunks);
+
+  for (int c = threadIdx.x; c < chunks; c += kCoreWarps * 32) {
+    const uint4 v = x[c];
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+    __half2 h[8];
+    __half2 amax = __float2half2_rn(0.f);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t lo = e4m3x2_to_f16x2(words[j]), hi = e4m3x2_to_f16x2(words[j] >> 16);
+      memcpy(&h[2 * j], &lo, 4);
+      memcpy(&h[2 * j + 1], &hi, 4);
+      amax = __hmax2(amax, __hmax2(__habs2(h[2 * j]), __habs2(h[2 * j + 1])));
+    }
+    const float m = fmaxf(__low2float(amax), __high2float(amax));
+    // 2^e <= m < 2^(e + 1), e in [-9, 8]; m = 0 (or NaN, whose products are NaN anyway): e = 0.
+    const int e = m > 0.f ? static_cast<int>((__float_as_uint(m) >> 23) & 0xff) - 127 : 0;
+    const __half2 down = __float2half2_rn(__uint_as_float(static_cast<uint32_t>(127 - e) << 23));
+    uint32_t packed[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const __half2 scaled = __hmul2(h[j], down);
+      memcpy(&packed[j], &scaled, 4);
+    }
+    x_half[2 * c] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    x_half[2 * c + 1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+    x_chunk_scale[c] = __uint_as_float(static_cast<uint32_t>(127 + e) << 23);
+  }
   __syncthreads();
 
   float acc[R] = {};
+  // Chunk c of every row (wq[r]) dotted with x's chunk c.
+  const auto add_chunk = [&](const uint4 (&wq)[R], int c) {
+    const uint4 x0 = x_half[2 * c], x1 = x_half[2 * c + 1];
+    const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    const float scale = x_chunk_scale[c];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint32_t ww[4] = {wq[r].x, wq[r].y, wq[r].z, wq[r].w};
+      __half2 sum = __float2half2_rn(0.f);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t w_lo = e4m3x2_to_f16x2(ww[j]), w_hi = e4m3x2_to_f16x2(ww[j] >> 16);
+        __half2 wl, wh, xl, xh;
+        memcpy(&wl, &w_lo, 4);
+        memcpy(&wh, &w_hi, 4);
+        memcpy(&xl, &xw[2 * j], 4);
+        memcpy(&xh, &xw[2 * j + 1], 4);
+        sum = __hfma2(wl, xl, sum);
+        sum = __hfma2(wh, xh, sum);
+      }
+      acc[r] = fmaf(__low2float(sum) + __high2float(sum), scale, acc[r]);
+    }
+  };
   int c0 = 0;
   if (whole_batches) {
     for (;;) {
@@ -421,7 +492,7 @@ __global__ void __launch_bounds__(kCoreWarps * 32) fp8_core_gemv(const uint4* __
         uint4 wq[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) wq[r] = batch[r][l];
-        Staging::add_chunk(wq, c0 + l * 32 + lane, x_staged, chunks, acc);
+        add_chunk(wq, c0 + l * 32 + lane);
       }
       c0 += L * 32;
       if (c0 + L * 32 > chunks) break;
@@ -432,7 +503,7 @@ __global__ void __launch_bounds__(kCoreWarps * 32) fp8_core_gemv(const uint4* __
     uint4 wq[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) wq[r] = __ldg(row[r] + (c - lane));
-    Staging::add_chunk(wq, c, x_staged, chunks, acc);
+    add_chunk(wq, c);
   }
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -442,38 +513,46 @@ __global__ void __launch_bounds__(kCoreWarps * 32) fp8_core_gemv(const uint4* __
     float v = acc[0];
 #pragma unroll
     for (int r = 1; r < R; ++r) v = lane == r ? acc[r] : v;
-    const int col = row0 + lane;
-    out[col] = from_float<OutT>(v * scale_a[0] * scale_b[scale_b_per_col ? col : 0] + (bias ? to_float(bias[col]) : 0.f));
+    write_m1(v, row0 + lane, scale_a, scale_b, scale_b_per_col, bias, out);
   }
 }
 
-template <int L, bool FAST, class OutT>
-void launch_core_gemv_l(const Tensor& a, const Tensor& b, const Tensor& sa, const Tensor& sb, const Tensor& bias,
-                        const Tensor& out, cudaStream_t stream) {
-  const int n = static_cast<int>(out.size(1)), chunks = static_cast<int>(a.size(1) / 16);
-  const auto blocks = static_cast<unsigned>((n + kCoreWarps * kCoreRows - 1) / (kCoreWarps * kCoreRows));
-  fp8_core_gemv<L, FAST, OutT><<<blocks, kCoreWarps * 32, chunks * CoreStaging<FAST>::bytes_per_chunk, stream>>>(
-      static_cast<const uint4*>(b.raw_data()), static_cast<int>(b.stride(1) / 16), static_cast<const uint4*>(a.raw_data()),
-      chunks, n, sa.data_ptr<float>(), sb.data_ptr<float>(), sb.numel() > 1,
-      bias.defined() ? static_cast<const OutT*>(bias.raw_data()) : nullptr, static_cast<OutT*>(out.raw_data()));
-  EMBER_CUDA_CHECK_LAUNCH();
-}
-
-// L = the largest of 1, 2, 4 loads per row per lane that K still fills as one whole batch.
-template <bool FAST, class OutT>
-void launch_core_gemv(const Tensor& a, const Tensor& b, const Tensor& sa, const Tensor& sb, const Tensor& bias,
-                      const Tensor& out, cudaStream_t stream) {
-  const int64_t per_lane = a.size(1) / 16 / 32;
-  if (per_lane >= 4) return launch_core_gemv_l<4, FAST, OutT>(a, b, sa, sb, bias, out, stream);
-  if (per_lane >= 2) return launch_core_gemv_l<2, FAST, OutT>(a, b, sa, sb, bias, out, stream);
-  launch_core_gemv_l<1, FAST, OutT>(a, b, sa, sb, bias, out, stream);
-}
-
+// One activation row: fp8_core_gemv with use_fast_accum, else fp8_mma16_gemv. L: the most loads
+// per row per lane (core: of 32 chunks each; mma16: of 4-chunk steps each) that K still fills as
+// one whole batch, of 1, 2, 4.
 template <class OutT>
-void launch_core_gemv(const Tensor& a, const Tensor& b, const Tensor& sa, const Tensor& sb, const Tensor& bias,
-                      const Tensor& out, cudaStream_t stream, bool use_fast_accum) {
-  if (use_fast_accum) return launch_core_gemv<true, OutT>(a, b, sa, sb, bias, out, stream);
-  launch_core_gemv<false, OutT>(a, b, sa, sb, bias, out, stream);
+void launch_m1_gemv(const Tensor& a, const Tensor& b, const Tensor& sa, const Tensor& sb, const Tensor& bias,
+                    const Tensor& out, cudaStream_t stream, bool use_fast_accum) {
+  const int n = static_cast<int>(out.size(1)), chunks = static_cast<int>(a.size(1) / 16);
+  const auto* w = static_cast<const uint4*>(b.raw_data());
+  const auto* x = static_cast<const uint4*>(a.raw_data());
+  const int ldw = static_cast<int>(b.stride(1) / 16);
+  const float *sa_p = sa.data_ptr<float>(), *sb_p = sb.data_ptr<float>();
+  const bool per_col = sb.numel() > 1;
+  const auto* bias_p = bias.defined() ? static_cast<const OutT*>(bias.raw_data()) : nullptr;
+  auto* o = static_cast<OutT*>(out.raw_data());
+  const auto pick = [](int per_lane, auto launch) {
+    if (per_lane >= 4) return launch(std::integral_constant<int, 4>{});
+    if (per_lane >= 2) return launch(std::integral_constant<int, 2>{});
+    launch(std::integral_constant<int, 1>{});
+  };
+  if (use_fast_accum) {
+    const auto blocks = static_cast<unsigned>((n + kCoreWarps * kCoreRows - 1) / (kCoreWarps * kCoreRows));
+    const size_t smem = static_cast<size_t>(chunks) * (2 * sizeof(uint4) + sizeof(float));
+    pick(chunks / 32, [&](auto l) {
+      fp8_core_gemv<decltype(l)::value, OutT><<<blocks, kCoreWarps * 32, smem, stream>>>(w, ldw, x, chunks, n, sa_p, sb_p,
+                                                                                         per_col, bias_p, o);
+    });
+  } else {
+    const int steps = (chunks + 3) / 4;
+    const auto blocks = static_cast<unsigned>((n + 15) / 16);
+    const size_t smem = static_cast<size_t>(4 * steps) * 2 * sizeof(uint4);
+    pick((steps + kMma16Warps - 1) / kMma16Warps, [&](auto l) {
+      fp8_mma16_gemv<decltype(l)::value, OutT><<<blocks, kMma16Warps * 32, smem, stream>>>(w, ldw, x, chunks, n, sa_p, sb_p,
+                                                                                           per_col, bias_p, o);
+    });
+  }
+  EMBER_CUDA_CHECK_LAUNCH();
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -624,11 +703,11 @@ void scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Te
                const Tensor& out, bool use_fast_accum) {
   const int device = out.device().index;
   cudaStream_t stream = current_raw_stream(device);
-  if (gemv_layout(a, b, out, 1) && a.size(1) <= kCoreMaxK && out.size(1) <= INT32_MAX && fast_paths_enabled(device, 89)) {
+  if (gemv_layout(a, b, out, 1) && a.size(1) <= kStagedMaxK && out.size(1) <= INT32_MAX && fast_paths_enabled(device, 89)) {
     switch (out.dtype()) {
-      case kFloat32: return launch_core_gemv<float>(a, b, scale_a, scale_b, bias, out, stream, use_fast_accum);
-      case kFloat16: return launch_core_gemv<__half>(a, b, scale_a, scale_b, bias, out, stream, use_fast_accum);
-      default: return launch_core_gemv<__nv_bfloat16>(a, b, scale_a, scale_b, bias, out, stream, use_fast_accum);
+      case kFloat32: return launch_m1_gemv<float>(a, b, scale_a, scale_b, bias, out, stream, use_fast_accum);
+      case kFloat16: return launch_m1_gemv<__half>(a, b, scale_a, scale_b, bias, out, stream, use_fast_accum);
+      default: return launch_m1_gemv<__nv_bfloat16>(a, b, scale_a, scale_b, bias, out, stream, use_fast_accum);
     }
   }
   if (gemv_layout(a, b, out, kMmaMaxRows) && fast_paths_enabled(device, 89)) {
