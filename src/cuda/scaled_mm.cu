@@ -1,6 +1,7 @@
 // scaled_mm on CUDA: out = (a * scale_a) @ (b * scale_b) (+ bias) for FP8 a [M, K], b [K, N].
 //
-// Paths (scaled_mm at the end tries fp8_mma16_gemv / fp8_core_gemv, fp8_mma_gemv, fp8_gemv, cuBLASLt, generic):
+// Paths (scaled_mm at the end tries cuBLASLt for exact M = 1 over >= 128 MB, then fp8_mma16_gemv /
+// fp8_core_gemv, fp8_mma_gemv, fp8_gemv, cuBLASLt, generic):
 //   fp8_mma16_gemv / fp8_core_gemv  M = 1, K <= 16384 on compute capability >= 8.9 (fast paths
 //               enabled), the decode layout below: x converted once per block to f16, then f16
 //               mma (exact products, f32 sums) or, with use_fast_accum, half2 FMAs (see below).
@@ -404,7 +405,10 @@ constexpr int kCoreRows = 2;
 
 // A warp owns kCoreRows consecutive weight rows; lane j takes the 16-byte chunks j, j + 32, ... of
 // each (512 contiguous bytes per load instruction), L chunks per row per batch, unpredicated (rows
-// past n read row n - 1 and are not written), then a tail of single chunks.
+// past n read row n - 1 and are not written), then a tail of single chunks. L = 0: the tail only
+// (K < 512). L is a template constant so the first batch's loads are unconditional: loaded under
+// a runtime `if`, they were sunk below the staging barrier (SASS at 5d3257d; 16.3 us instead of
+// 15.5 on 1x4096x14336).
 // Precision: ~4e-4 of max|out| on random data, below bf16 output rounding. Each x chunk is staged
 // divided by the power of two that brings its largest |x| into [1, 2) (kept as the chunk's f32
 // scale), so |product| < 896 and a chain's sum < 7168 (no f16 overflow), and x's large elements
@@ -422,15 +426,14 @@ __global__ void __launch_bounds__(kCoreWarps * 32) fp8_core_gemv(const uint4* __
   const uint4* row[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) row[r] = w + static_cast<size_t>(min(row0 + r, n - 1)) * ldw_chunks + lane;
-  uint4 batch[R][L];
+  uint4 batch[R][L > 0 ? L : 1];
   const auto load_batch = [&](int c0) {
 #pragma unroll
     for (int l = 0; l < L; ++l)
 #pragma unroll
       for (int r = 0; r < R; ++r) batch[r][l] = __ldg(row[r] + c0 + l * 32);
   };
-  const bool whole_batches = L * 32 <= chunks;
-  if (whole_batches) load_batch(0);
+  if constexpr (L > 0) load_batch(0);  // the launcher picks L <= chunks / 32
 
   for (int c = threadIdx.x; c < chunks; c += kCoreWarps * 32) {
     const uint4 v = x[c];
@@ -485,7 +488,7 @@ __global__ void __launch_bounds__(kCoreWarps * 32) fp8_core_gemv(const uint4* __
     }
   };
   int c0 = 0;
-  if (whole_batches) {
+  if constexpr (L > 0) {
     for (;;) {
 #pragma unroll
       for (int l = 0; l < L; ++l) {
@@ -519,7 +522,7 @@ __global__ void __launch_bounds__(kCoreWarps * 32) fp8_core_gemv(const uint4* __
 
 // One activation row: fp8_core_gemv with use_fast_accum, else fp8_mma16_gemv. L: the most loads
 // per row per lane (core: of 32 chunks each; mma16: of 4-chunk steps each) that K still fills as
-// one whole batch, of 1, 2, 4.
+// one whole batch, of 1, 2, 4 (core: 0 when K has no whole batch).
 template <class OutT>
 void launch_m1_gemv(const Tensor& a, const Tensor& b, const Tensor& sa, const Tensor& sb, const Tensor& bias,
                     const Tensor& out, cudaStream_t stream, bool use_fast_accum) {
@@ -534,7 +537,8 @@ void launch_m1_gemv(const Tensor& a, const Tensor& b, const Tensor& sa, const Te
   const auto pick = [](int per_lane, auto launch) {
     if (per_lane >= 4) return launch(std::integral_constant<int, 4>{});
     if (per_lane >= 2) return launch(std::integral_constant<int, 2>{});
-    launch(std::integral_constant<int, 1>{});
+    if (per_lane >= 1) return launch(std::integral_constant<int, 1>{});
+    launch(std::integral_constant<int, 0>{});
   };
   if (use_fast_accum) {
     const auto blocks = static_cast<unsigned>((n + kCoreWarps * kCoreRows - 1) / (kCoreWarps * kCoreRows));
@@ -547,9 +551,10 @@ void launch_m1_gemv(const Tensor& a, const Tensor& b, const Tensor& sa, const Te
     const int steps = (chunks + 3) / 4;
     const auto blocks = static_cast<unsigned>((n + 15) / 16);
     const size_t smem = static_cast<size_t>(4 * steps) * 2 * sizeof(uint4);
-    pick((steps + kMma16Warps - 1) / kMma16Warps, [&](auto l) {
-      fp8_mma16_gemv<decltype(l)::value, OutT><<<blocks, kMma16Warps * 32, smem, stream>>>(w, ldw, x, chunks, n, sa_p, sb_p,
-                                                                                           per_col, bias_p, o);
+    pick((steps + kMma16Warps - 1) / kMma16Warps, [&](auto l) {  // >= 1: K > 0 here
+      if constexpr (decltype(l)::value > 0)
+        fp8_mma16_gemv<decltype(l)::value, OutT><<<blocks, kMma16Warps * 32, smem, stream>>>(w, ldw, x, chunks, n, sa_p, sb_p,
+                                                                                             per_col, bias_p, o);
     });
   }
   EMBER_CUDA_CHECK_LAUNCH();
@@ -703,6 +708,14 @@ void scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Te
                const Tensor& out, bool use_fast_accum) {
   const int device = out.device().index;
   cudaStream_t stream = current_raw_stream(device);
+  // Exact M = 1 over 128 MB of weights or more: cuBLASLt, as torch does (1x8192x28672, 235 MB:
+  // torch 55-60 us, fp8_mma16_gemv 63 us); below, fp8_mma16_gemv is as fast (1x4096x14336) or faster.
+  constexpr int64_t kLtM1MinBytes = int64_t{128} << 20;
+  if (!use_fast_accum && a.size(0) == 1 && a.size(1) * out.size(1) >= kLtM1MinBytes && !is_fp8(out.dtype()) &&
+      lt_layout(a, b, out) && fast_paths_enabled(device, 89) &&
+      lt_matmul(a, b, scale_a, scale_b, bias, out, use_fast_accum, stream, device)) {
+    return;
+  }
   if (gemv_layout(a, b, out, 1) && a.size(1) <= kStagedMaxK && out.size(1) <= INT32_MAX && fast_paths_enabled(device, 89)) {
     switch (out.dtype()) {
       case kFloat32: return launch_m1_gemv<float>(a, b, scale_a, scale_b, bias, out, stream, use_fast_accum);
