@@ -73,8 +73,8 @@
 //      per warp (multi R2/R4: at best 2304x9216 12.1 us, a shape-specific gain), columns split-K
 //      with one batch per block and float4 atomics (+-2%), cluster tiles of 512 threads (slower
 //      everywhere: fewer blocks in flight).
-//   v7 columns (not measured in ember yet; probe numbers, bench/gemv_probe.cu "columns2", H200,
-//      2026-11-30, bf16): batch_columns_kernel for K 512..2304, N 2048..9216, sm_90, 2-byte types.
+//   v7 columns (probe numbers first, bench/gemv_probe.cu "columns2", H200, 2026-11-30, bf16;
+//      measured in ember below): batch_columns_kernel for K 512..2304, N 2048..9216, sm_90, 2-byte types.
 //      "batch C16 T512 L8 push" where each cluster rank's K range is one batch or whole batches:
 //      2048x2048 5.67 -> 5.25 us, 2048x6144 9.48 -> 8.35, 2048x7168 10.60 -> 9.45, 2048x8192
 //      11.57 -> 10.90, 768x2048 4.10 -> 3.81, 512x2048 3.66 -> 3.53; "batch C4 T1024 L8" where one
@@ -82,7 +82,10 @@
 //      7.20. Not taken (lost in the probe): 2304x2048 (6.11 -> 6.53) and 2304x9216 (13.59 ->
 //      13.88), whose ranges end in a partial batch. Differs from the probe: a closing relaxed
 //      cluster barrier (no block exits before the st.async it issued have landed), bias, f16,
-//      any ldb. (this)
+//      any ldb. In ember (5d3257d, torch in the same run, two runs): 2048x2048 6.32 -> 5.37 us,
+//      2048x4096 8.14 -> 7.49, 2048x6144 9.79 -> 8.79, 2048x7168 10.85 -> 9.93, 2048x8192 11.68 ->
+//      11.03, 1792x2048 5.49 -> 5.12, 768x2048 4.40 -> 4.01, 512x2048 3.97 -> 3.85; all 88 shapes
+//      geomean 1.20x -> 1.23x (docs/PERF.md, session 6). (this)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
