@@ -288,10 +288,11 @@ __device__ __forceinline__ void e4m3x4_bits_to_f16(uint32_t v, uint32_t& even, u
 // batch). Single-batch shapes: R1 L8 at K = 4096 (4096x14336, 4096x4096), R1 L16 at K = 8192,
 // every core variant at K = 2048 (L' = 4). Per 16-byte chunk: 8 F2FP (bits: ~14 LOP3 / IMAD.SHL
 // / SHF instead), 8 HFMA2, 2 HADD2.F32, 2 FADD; 2 LDS.128 per chunk shared by the R rows.
-template <int R, int L, bool BITS>
+template <int R, int L, bool BITS, bool NORM = false>
 __global__ void __launch_bounds__(256) core_kernel(const uint4* __restrict__ w, int ldw_vec, const uint4* __restrict__ x, int n,
                                                   int n_vec, Scales sc, bf16* __restrict__ y) {
   extern __shared__ uint4 x_f16[];
+  float* chunk_scale = reinterpret_cast<float*>(x_f16 + 2 * n_vec);  // NORM: chunk c's power of two
   const int lane = threadIdx.x % 32, row0 = (blockIdx.x * 8 + threadIdx.x / 32) * R;
   const uint4* wr[R];
 #pragma unroll
@@ -330,7 +331,8 @@ __global__ void __launch_bounds__(256) core_kernel(const uint4* __restrict__ w, 
         h = __hfma2(*reinterpret_cast<const __half2*>(&p1), xh[2 * j + 1], h);
       }
       const float2 f = __half22float2(h);
-      acc[r] += f.x + f.y;
+      if constexpr (NORM) acc[r] = fmaf(f.x + f.y, chunk_scale[c], acc[r]);
+      else acc[r] += f.x + f.y;
     }
   };
   const auto consume_batch = [&](int i) {
@@ -358,6 +360,9 @@ __global__ void __launch_bounds__(256) core_kernel(const uint4* __restrict__ w, 
         const __half2 he = __hmul2(*reinterpret_cast<const __half2*>(&e), s), ho = __hmul2(*reinterpret_cast<const __half2*>(&o), s);
         h[2 * j] = *reinterpret_cast<const uint32_t*>(&he);
         h[2 * j + 1] = *reinterpret_cast<const uint32_t*>(&ho);
+      } else if constexpr (NORM) {
+        h[2 * j] = e4m3x2_to_f16x2(xw[j]);
+        h[2 * j + 1] = e4m3x2_to_f16x2(xw[j] >> 16);
       } else {
         // x * 2^-8: products <= 448 * 1.75 = 784, 8 of them <= 6272 (f16 max 65504).
         const uint32_t a = e4m3x2_to_f16x2(xw[j]), b = e4m3x2_to_f16x2(xw[j] >> 16);
@@ -366,6 +371,22 @@ __global__ void __launch_bounds__(256) core_kernel(const uint4* __restrict__ w, 
         h[2 * j] = *reinterpret_cast<const uint32_t*>(&ha);
         h[2 * j + 1] = *reinterpret_cast<const uint32_t*>(&hb);
       }
+    }
+    if constexpr (NORM) {
+      // ember's staging (src/cuda/scaled_mm.cu fp8_core_gemv): the chunk divided by the power of
+      // two that brings its largest |x| into [1, 2), the power kept per chunk.
+      __half2 amax = __float2half2_rn(0.f);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) amax = __hmax2(amax, __habs2(*reinterpret_cast<const __half2*>(&h[j])));
+      const float m = fmaxf(__low2float(amax), __high2float(amax));
+      const int e = m > 0.f ? static_cast<int>((__float_as_uint(m) >> 23) & 0xff) - 127 : 0;
+      const __half2 down = __float2half2_rn(__uint_as_float(static_cast<uint32_t>(127 - e) << 23));
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&h[j]), down);
+        h[j] = *reinterpret_cast<const uint32_t*>(&v);
+      }
+      chunk_scale[c] = __uint_as_float(static_cast<uint32_t>(127 + e) << 23) * (1.f / 256.f);
     }
     x_f16[2 * c] = make_uint4(h[0], h[1], h[2], h[3]);
     x_f16[2 * c + 1] = make_uint4(h[4], h[5], h[6], h[7]);
@@ -455,19 +476,19 @@ template <int WARPS, int L> void launch_mma16(const Problem& p, const uint8_t* w
   }
 }
 
-template <int R, int L, bool BITS> void launch_core_l(const Problem& p, const uint8_t* w, cudaStream_t st) {
+template <int R, int L, bool BITS, bool NORM = false> void launch_core_l(const Problem& p, const uint8_t* w, cudaStream_t st) {
   const auto blocks = static_cast<unsigned>((p.s.n + 8 * R - 1) / (8 * R));
-  core_kernel<R, L, BITS><<<blocks, 256, p.s.k * 2, st>>>(reinterpret_cast<const uint4*>(w), p.s.k / 16,
+  core_kernel<R, L, BITS, NORM><<<blocks, 256, p.s.k * 2 + (NORM ? p.s.k / 4 : 0), st>>>(reinterpret_cast<const uint4*>(w), p.s.k / 16,
                                                           reinterpret_cast<const uint4*>(p.x), p.s.n, p.s.k / 16, p.sc, p.y);
 }
 
-template <int R, int L, bool BITS> void launch_core(const Problem& p, const uint8_t* w, cudaStream_t st) {
+template <int R, int L, bool BITS, bool NORM = false> void launch_core(const Problem& p, const uint8_t* w, cudaStream_t st) {
   switch (batch_for(L, p.s.k / 512)) {
-    case 1: return launch_core_l<R, 1, BITS>(p, w, st);
-    case 2: return launch_core_l<R, 2, BITS>(p, w, st);
-    case 4: return launch_core_l<R, 4, BITS>(p, w, st);
-    case 8: return launch_core_l<R, (L >= 8 ? 8 : 4), BITS>(p, w, st);
-    default: return launch_core_l<R, (L >= 16 ? 16 : L), BITS>(p, w, st);
+    case 1: return launch_core_l<R, 1, BITS, NORM>(p, w, st);
+    case 2: return launch_core_l<R, 2, BITS, NORM>(p, w, st);
+    case 4: return launch_core_l<R, 4, BITS, NORM>(p, w, st);
+    case 8: return launch_core_l<R, (L >= 8 ? 8 : 4), BITS, NORM>(p, w, st);
+    default: return launch_core_l<R, (L >= 16 ? 16 : L), BITS, NORM>(p, w, st);
   }
 }
 
@@ -561,6 +582,7 @@ int main(int argc, char** argv) {
       {"mma16 W8 L4", launch_mma16<8, 4>},
       {"core R1 L8", launch_core<1, 8, false>},
       {"core R2 L4", launch_core<2, 4, false>},
+      {"core R2 L4 norm", launch_core<2, 4, false, true>},
       {"core R1 L16", launch_core<1, 16, false>},
       {"core bits R1 L8", launch_core<1, 8, true>},
   };

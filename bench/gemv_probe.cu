@@ -1011,8 +1011,8 @@ void run_layout(const char* layout, bool rows, const std::vector<Shape>& shapes,
   }
 }
 
-// Sections: rows, columns (the first round), columns2 (the batch kernels on the mid shapes); the
-// arguments name the ones to run, none: all three.
+// Sections: rows, columns (the first round), columns2 (the batch kernels on the mid shapes),
+// columns3 (the small shapes); the arguments name the ones to run, none: all four.
 int main(int argc, char** argv) {
   const auto wanted = [&](const char* section) {
     if (argc == 1) return true;
@@ -1088,6 +1088,25 @@ int main(int argc, char** argv) {
   if (wanted("rows")) run_layout("rows", true, row_shapes, row_variants, pool, pool_bytes, base);
   if (wanted("columns")) run_layout("columns", false, column_shapes, column_variants, pool, pool_bytes, base);
   if (wanted("columns2")) run_layout("columns2", false, column2_shapes, column2_variants, pool, pool_bytes, base);
+
+  // Third round (session 6): the small columns shapes (N <= 1024, 0.1-17 MB), where ember's columns
+  // layout takes ~1-1.5 us longer than its rows layout on the same sizes (ember bench at 5d3257d,
+  // columns vs rows us: 2048x32 2.95 vs 1.73, 2048x128 2.96 vs 1.83, 2048x256 3.79 vs 2.36,
+  // 2048x512 4.23 vs 2.67, 4096x1024 5.76 vs 4.48): the batch kernels with narrow tiles.
+  const std::vector<Variant> column3_variants = {
+      {"ember columns (v4/v5)", launch_ember_columns},
+      {"batch C4 T256 L8 push", launch_columns_batch<4, 256, 8, true>, nullptr, batch_config<4, 256, 8, true>},
+      {"batch C4 T256 L4 push", launch_columns_batch<4, 256, 4, true>, nullptr, batch_config<4, 256, 4, true>},
+      {"batch C4 T512 L8 push", launch_columns_batch<4, 512, 8, true>, nullptr, batch_config<4, 512, 8, true>},
+      {"batch C4 T1024 L8 push", launch_columns_batch<4, 1024, 8, true>, nullptr, batch_config<4, 1024, 8, true>},
+      {"batch C4 T1024 L8", launch_columns_batch<4, 1024, 8>, nullptr, batch_config<4, 1024, 8>},
+      {"batch C8 T512 L8 push", launch_columns_batch<8, 512, 8, true>, nullptr, batch_config<8, 512, 8, true>},
+      {"batch C16 T256 L8 push", launch_columns_batch<16, 256, 8, true>, nullptr, batch_config<16, 256, 8, true>},
+      {"batch C16 T512 L8 push", launch_columns_batch<16, 512, 8, true>, nullptr, batch_config<16, 512, 8, true>},
+  };
+  const std::vector<Shape> column3_shapes = {{2048, 32},  {2048, 128}, {2880, 32},  {2048, 256}, {2048, 512},
+                                             {2048, 768}, {2880, 512}, {4096, 1024}, {8192, 1024}};
+  if (wanted("columns3")) run_layout("columns3", false, column3_shapes, column3_variants, pool, pool_bytes, base);
   CHECK(cudaFree(pool));
   CHECK(cudaFree(const_cast<bf16*>(base.x)));
   CHECK(cudaFree(base.y));
