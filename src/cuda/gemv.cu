@@ -17,7 +17,8 @@
 //                  wider variant: 16 threads x 16 bytes across a tile, each block's range of x
 //                  staged in shared memory, K split only as far as that range needs.
 //   batch_columns_kernel  the same layout on sm_90 for the mid shapes (v7: bf16/f16, K 512..2304,
-//                  N 2048..9216 where measured faster): whole batches of 8 16-byte loads per thread,
+//                  N 2048..9216 where measured faster) and the small ones (v8: N <= 1024, narrower
+//                  tiles, launch_columns_small): whole batches of 8 (or 4) 16-byte loads per thread,
 //                  the first issued before x is staged in shared memory; K split over a cluster
 //                  sized so every block is resident, partial sums pushed to their owner block by
 //                  st.async onto its mbarrier (launch_columns_batch has the rule and numbers).
@@ -85,7 +86,9 @@
 //      any ldb. In ember (5d3257d, torch in the same run, two runs): 2048x2048 6.32 -> 5.37 us,
 //      2048x4096 8.14 -> 7.49, 2048x6144 9.79 -> 8.79, 2048x7168 10.85 -> 9.93, 2048x8192 11.68 ->
 //      11.03, 1792x2048 5.49 -> 5.12, 768x2048 4.40 -> 4.01, 512x2048 3.97 -> 3.85; all 88 shapes
-//      geomean 1.20x -> 1.23x (docs/PERF.md, session 6). (this)
+//      geomean 1.20x -> 1.23x (docs/PERF.md, session 6).
+//   v8 small columns (N <= 1024): the batch kernel with 32- or 128-column tiles of 256 threads
+//      (launch_columns_small has the probe's numbers, bench/gemv_probe.cu "columns3"). (this)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -440,8 +443,9 @@ __global__ void __launch_bounds__(kThreads) cluster_columns_kernel(const T* __re
 //   - before any store: every block's mbarrier is initialised (and its expected bytes posted) by
 //     its thread 0 before the opening cluster arrive, fenced by fence.mbarrier_init.release.cluster;
 //     stores are issued only after the cluster wait.
-// 16 bytes of weights, read once (not allocated in L1), as raw bits.
-__device__ __forceinline__ uint4 load_streaming(const void* p) {
+// 16 bytes of weights, read once (not allocated in L1), as raw bits. A template, like its only
+// caller, so the sm_80 pass (where the batch kernel is empty) does not warn it is unused.
+template <class E> __device__ __forceinline__ uint4 load_streaming(const E* p) {
   uint4 q;
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w) : "l"(p));
   return q;
@@ -487,12 +491,12 @@ template <class T, int L, int S> __device__ __forceinline__ void fma_rows(float 
 // and 43 KB (C4 T1024).
 // __launch_bounds__: 1024 threads per SM resident (2 blocks of 512, 1 of 1024), i.e. <= 64
 // registers, the occupancy the probe measured (58-62 registers).
-template <class T, int COLS, int THREADS>
+template <class T, int COLS, int THREADS, int L = kClusterLoads>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS) batch_columns_kernel(const T* __restrict__ b, int64_t ldb, const T* __restrict__ x,
                                                                 const T* __restrict__ bias, T* __restrict__ y, int n, int k, int k_per_rank) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   static_assert(sizeof(T) == 2, "tiles sized for 8 columns per 16-byte load");
-  constexpr int VW = kVec<T>, L = kClusterLoads;
+  constexpr int VW = kVec<T>;
   constexpr int kSlicesDown = THREADS / COLS, kCols = COLS * VW, kBatchRows = L * kSlicesDown;
   constexpr int kParts = THREADS / kCols;  // threads summing one column's slices
   static_assert(kParts >= 1 && kParts <= 32 && THREADS == kParts * kCols && kCols % 32 == 0);
@@ -744,9 +748,9 @@ constexpr int kWaveColThreads = 4, kWaveThreads = 1024, kWaveRows = kClusterLoad
 constexpr int64_t kBatchMinK = 512, kBatchMaxK = 2304, kBatchMinN = 2048, kBatchMaxN = 9216;
 static_assert(kBatchMaxK <= kMaxXRange, "a rank's x range must fit the batch kernel's shared memory");
 
-template <class T, int COLS, int THREADS>
+template <class T, int COLS, int THREADS, int L = kClusterLoads>
 void launch_batch_columns(const GemvArgs<T>& g, int64_t tiles, int cluster, cudaStream_t stream) {
-  const auto kernel = batch_columns_kernel<T, COLS, THREADS>;
+  const auto kernel = batch_columns_kernel<T, COLS, THREADS, L>;
   const int k_per_rank = static_cast<int>((g.k + cluster - 1) / cluster);
   const int n = static_cast<int>(g.n), k = static_cast<int>(g.k);
   if (cluster == 1) {  // a plain launch, as measured (a one-block cluster needs no mbarrier)
@@ -806,6 +810,43 @@ template <class T> bool launch_columns_batch(const GemvArgs<T>& g, int device, c
     if (range > kBatchRows && range % kBatchRows != 0) return false;
     launch_batch_columns<T, kBatchColThreads, kBatchThreads>(g, tiles, cluster, stream);
     return true;
+  }
+}
+
+// v8: the batch kernel on the small columns shapes, N <= 1024 (0.1-17 MB), where v5's cluster
+// kernel took ~1-1.5 us longer than the rows layout on the same sizes. Measured first in
+// bench/gemv_probe.cu ("columns3", H200, 2026-11-30, bf16, weights from HBM; v5 -> v8 us):
+//   C4 T256 L4 (32-column tiles, 64 slices, 4 loads per thread: a batch is 256 rows of K):
+//   2048x32 3.10 -> 2.25 (cluster 16), 2048x128 3.28 -> 2.48, 2880x32 3.46 -> 2.34, 2880x512
+//   4.14 -> 3.43, 4096x1024 5.28 -> 4.94, 8192x1024 7.99 -> 7.56 (C4 T256 L8 7.16 there).
+//   C16 T256 L8 (128-column tiles, 16 slices) where K <= 2304 and N >= 256: 2048x256 3.34 -> 2.67,
+//   2048x512 3.76 -> 2.97, 2048x768 3.98 -> 3.17 (at K = 2880 it lost to C4 T256 L4: 3.86 vs 3.43).
+// K is split over the largest power-of-2 cluster with every cluster resident and at least one
+// slice of rows per rank (the probe's rule). Returns false (launching nothing) for f32, N > 1024,
+// below sm_90 or with fast paths disabled, or when a rank's x range would not fit shared memory.
+template <class T, int COLS, int THREADS, int L>
+bool launch_columns_small_config(const GemvArgs<T>& g, int device, cudaStream_t stream) {
+  const auto kernel = reinterpret_cast<const void*>(batch_columns_kernel<T, COLS, THREADS, L>);
+  const int max_cluster = cluster_size_limit(kernel, device, THREADS);
+  if (max_cluster == 0) return false;  // no sm_90 code in this binary
+  const int64_t tiles = (g.n + COLS * kVec<T> - 1) / (COLS * kVec<T>);
+  constexpr int64_t kSlicesDown = THREADS / COLS, kRows = L * kSlicesDown;
+  int cluster = 1;
+  while (2 * cluster <= max_cluster && g.k / (2 * cluster) >= kSlicesDown && tiles <= resident_clusters(kernel, device, THREADS, 2 * cluster))
+    cluster *= 2;
+  const int64_t range = (g.k + cluster - 1) / cluster;
+  if ((range + kRows - 1) / kRows * kRows > kMaxXRange) return false;
+  launch_batch_columns<T, COLS, THREADS, L>(g, tiles, cluster, stream);
+  return true;
+}
+
+template <class T> bool launch_columns_small(const GemvArgs<T>& g, int device, cudaStream_t stream) {
+  if constexpr (sizeof(T) != 2) {
+    return false;
+  } else {
+    if (g.n > 1024 || !fast_paths_enabled(device, 90)) return false;
+    if (g.k <= kBatchMaxK && g.n >= 256) return launch_columns_small_config<T, 16, 256, 8>(g, device, stream);
+    return launch_columns_small_config<T, 4, 256, 4>(g, device, stream);
   }
 }
 
@@ -876,6 +917,7 @@ template <class T> void launch_columns(const GemvArgs<T>& g, int device, cudaStr
   const bool vec = g.n % kVec<T> == 0 && g.ldw % kVec<T> == 0 && aligned16(g.w) && aligned16(g.y);
   if (vec && launch_columns_wide<T>(g, device, stream)) return;
   if (vec && launch_columns_batch<T>(g, device, stream)) return;
+  if (vec && launch_columns_small<T>(g, device, stream)) return;
   if (vec ? launch_columns_cluster<T, true>(g, device, stream) : launch_columns_cluster<T, false>(g, device, stream)) return;
   const int64_t tile = vec ? 32 * kVec<T> : 32;
   const int64_t tiles = (g.n + tile - 1) / tile;

@@ -214,5 +214,27 @@ EMBER_PARITY_CASE_TOL(gemv_columns_batch_v7, 2e-2, 2e-2, {
   return outs;
 });
 
+// The v8 small-N configurations of the batch kernel (sm_90, bf16/f16, N <= 1024): C4 T256 L4 on
+// K 2048 x N 32 (a cluster of 16, ranges of 128 rows: one predicated batch), K 2880 x N 40 with
+// bias (a partial 32-column tile; ranges of 180 rows) and f16 K 8200 x N 1024 (ranges past one
+// batch: whole batches then a predicated one); C16 T256 L8 on K 2047 x N 520 (a last tile of 8 of
+// 128 columns) as A @ v and with bias, twice, and f16 K 1024 x N 256 from a wider matrix.
+EMBER_PARITY_CASE_TOL(gemv_columns_small_v8, 2e-2, 2e-2, {
+  std::vector<Tensor> outs;
+  outs.push_back(matmul(randn_on(d, {1, 2048}, kBFloat16, 160), randn_on(d, {2048, 32}, kBFloat16, 161)).to(kFloat32));
+  const Tensor x2880 = randn_on(d, {1, 2880}, kBFloat16, 162), b40 = randn_on(d, {2880, 40}, kBFloat16, 163) * Scalar(0.05);
+  outs.push_back(linear(x2880, b40.t(), randn_on(d, {40}, kBFloat16, 164)).to(kFloat32));
+  const Tensor b1024 = randn_on(d, {8200, 1024}, kFloat16, 165) * Scalar(0.02);
+  outs.push_back(matmul(randn_on(d, {1, 8200}, kFloat16, 166), b1024).to(kFloat32));
+  const Tensor x2047 = randn_on(d, {1, 2047}, kBFloat16, 167), b520 = randn_on(d, {2047, 520}, kBFloat16, 168) * Scalar(0.05);
+  const Tensor bias520 = randn_on(d, {520}, kBFloat16, 169);
+  outs.push_back(matmul(b520.t(), randn_on(d, {2047, 1}, kBFloat16, 170)).to(kFloat32));
+  outs.push_back(linear(x2047, b520.t(), bias520).to(kFloat32));
+  outs.push_back(linear(x2047, b520.t(), bias520).to(kFloat32));
+  const Tensor wider = randn_on(d, {1024, 264}, kFloat16, 171).slice(1, 0, 256);
+  outs.push_back(matmul(randn_on(d, {1, 1024}, kFloat16, 172), wider).to(kFloat32));
+  return outs;
+});
+
 }  // namespace
 }  // namespace ember::test
