@@ -286,9 +286,9 @@ void launch_mma_gemv(const Tensor& a, const Tensor& b, const Tensor& sa, const T
 // again for every mma). These convert each weight byte once (one F2FP per two bytes, to f16)
 // against x staged once per block as f16 (exact: every e4m3 value is an f16), with the block's
 // first batch of weight loads issued before the staging and its barrier.
-//   fp8_mma16_gemv  (exact, the default) the probe's "mma16 W8 L4": 16 weight rows per block of 8
-//                   warps, each warp a contiguous range of K; mma.sync m16n8k16 f16 with f32
-//                   accumulation (the products of f16 values are exact).
+//   fp8_mma16_gemv  (exact; the default below 128 MB of weights) the probe's "mma16 W8 L4": 16
+//                   weight rows per block of 8 warps, each warp a contiguous range of K; mma.sync
+//                   m16n8k16 f16 with f32 accumulation (the products of f16 values are exact).
 //   fp8_core_gemv   (use_fast_accum) the probe's "core R2 L4": CUDA-core half2 FMAs, a chunk's 16
 //                   products summed as two f16 chains of 8, then in f32.
 // Measured in ember (H200, 1 x 4096 x 14336 bf16 out): an exact CUDA-core variant (f16 pairs
@@ -708,8 +708,11 @@ void scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Te
                const Tensor& out, bool use_fast_accum) {
   const int device = out.device().index;
   cudaStream_t stream = current_raw_stream(device);
-  // Exact M = 1 over 128 MB of weights or more: cuBLASLt, as torch does (1x8192x28672, 235 MB:
-  // torch 55-60 us, fp8_mma16_gemv 63 us); below, fp8_mma16_gemv is as fast (1x4096x14336) or faster.
+  // M = 1 over 128 MB of weights or more without use_fast_accum: cuBLASLt, as torch does
+  // (1x8192x28672, 235 MB: 56.6 us = torch, fp8_mma16_gemv 63 us), at torch's precision (the FP8
+  // tensor cores' partial sums, promoted to f32 now and then: ~1% of max|out| at K = 8192, see
+  // parity case scaled_mm_m1_large_lt); below, fp8_mma16_gemv (exact products, f32 sums) is as
+  // fast (1x4096x14336) or faster.
   constexpr int64_t kLtM1MinBytes = int64_t{128} << 20;
   if (!use_fast_accum && a.size(0) == 1 && a.size(1) * out.size(1) >= kLtM1MinBytes && !is_fp8(out.dtype()) &&
       lt_layout(a, b, out) && fast_paths_enabled(device, 89) &&

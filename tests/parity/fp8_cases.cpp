@@ -37,8 +37,10 @@ EMBER_PARITY_CASE(scaled_mm_gemv_m4_f16_bias, { return scaled(d, 4, 1024, 300, f
 // chunks. Exact mode: the f32 products of the CPU reference, summed in another order.
 EMBER_PARITY_CASE_TOL(scaled_mm_gemv_m1_exact_batches_and_tail, 1e-4, 1e-4, { return scaled(d, 1, 8240, 33, false, kFloat32, false); });
 EMBER_PARITY_CASE(scaled_mm_gemv_m1_exact_k_tail_f16_bias, { return scaled(d, 1, 1040, 4097, true, kFloat16, true); });
-// Exact M = 1 over >= 128 MB of weights goes to cuBLASLt (8192 x 16400 e4m3 = 134.3 MB).
-EMBER_PARITY_CASE(scaled_mm_m1_large_lt, { return scaled(d, 1, 8192, 16400, false, kBFloat16, false); });
+// M = 1 over >= 128 MB of weights goes to cuBLASLt (8192 x 16400 e4m3 = 134.3 MB): its FP8 tensor
+// cores' reduced-precision partial sums at K = 8192 left errors up to 1.1e-3 on outputs up to ~0.15
+// on the H200 (the default tolerance, atol 1e-3, failed 5 of 16400 elements).
+EMBER_PARITY_CASE_TOL(scaled_mm_m1_large_lt, 1e-2, 3e-3, { return scaled(d, 1, 8192, 16400, false, kBFloat16, false); });
 // Fast mode (use_fast_accum): half2 sums of 8 products, ~4e-4 of max|out| (here max|out| ~100,
 // so atol 0.1; an error in the kernel's indexing or chunk scales is of the outputs' own size).
 EMBER_PARITY_CASE_TOL(scaled_mm_gemv_m1_fast_bf16, 1e-2, 0.1, { return scaled(d, 1, 4096, 1000, false, kBFloat16, false, true, kFloat8_e4m3fn, true); });
