@@ -1012,7 +1012,8 @@ void run_layout(const char* layout, bool rows, const std::vector<Shape>& shapes,
 }
 
 // Sections: rows, columns (the first round), columns2 (the batch kernels on the mid shapes),
-// columns3 (the small shapes); the arguments name the ones to run, none: all four.
+// columns3 (the small shapes), columns4 (256-thread tiles on mid shapes); the arguments name the
+// ones to run, none: all five.
 int main(int argc, char** argv) {
   const auto wanted = [&](const char* section) {
     if (argc == 1) return true;
@@ -1107,6 +1108,26 @@ int main(int argc, char** argv) {
   const std::vector<Shape> column3_shapes = {{2048, 32},  {2048, 128}, {2880, 32},  {2048, 256}, {2048, 512},
                                              {2048, 768}, {2880, 512}, {4096, 1024}, {8192, 1024}};
   if (wanted("columns3")) run_layout("columns3", false, column3_shapes, column3_variants, pool, pool_bytes, base);
+
+  // Fourth round (session 6): the 256-thread batch tiles of columns3 on the mid shapes that v7 does
+  // not take or where ember is still near torch (ember bench at 2943f31, torch vs ember us: 2304x2048
+  // 6.33 vs 6.67, 512x2048 3.68 vs 3.84, 2304x9216 13.15 vs 13.58, 2880x5760 11.38 vs 11.59,
+  // 2048x1792 5.96 vs 6.05, 2048x4096 7.31 vs 7.38), next to v7's two configurations.
+  const std::vector<Variant> column4_variants = {
+      {"ember columns (v4/v5)", launch_ember_columns},
+      {"batch C16 T512 L8 push", launch_columns_batch<16, 512, 8, true>, nullptr, batch_config<16, 512, 8, true>},
+      {"batch C4 T1024 L8", launch_columns_batch<4, 1024, 8>, nullptr, batch_config<4, 1024, 8>},
+      {"batch C4 T256 L4 push", launch_columns_batch<4, 256, 4, true>, nullptr, batch_config<4, 256, 4, true>},
+      {"batch C4 T256 L8 push", launch_columns_batch<4, 256, 8, true>, nullptr, batch_config<4, 256, 8, true>},
+      {"batch C8 T256 L8 push", launch_columns_batch<8, 256, 8, true>, nullptr, batch_config<8, 256, 8, true>},
+      {"batch C16 T256 L8 push", launch_columns_batch<16, 256, 8, true>, nullptr, batch_config<16, 256, 8, true>},
+      {"batch C16 T256 L4 push", launch_columns_batch<16, 256, 4, true>, nullptr, batch_config<16, 256, 4, true>},
+      {"batch C32 T256 L8 push", launch_columns_batch<32, 256, 8, true>, nullptr, batch_config<32, 256, 8, true>},
+  };
+  const std::vector<Shape> column4_shapes = {{2304, 2048}, {512, 2048},  {2304, 9216}, {2880, 5760}, {2048, 1792},
+                                             {2048, 4096}, {768, 2048},  {2880, 2880}, {2880, 4096}, {3584, 2048},
+                                             {2048, 2048}, {2048, 6144}, {2048, 7168}, {2048, 8192}, {1792, 2048}};
+  if (wanted("columns4")) run_layout("columns4", false, column4_shapes, column4_variants, pool, pool_bytes, base);
   CHECK(cudaFree(pool));
   CHECK(cudaFree(const_cast<bf16*>(base.x)));
   CHECK(cudaFree(base.y));

@@ -16,9 +16,9 @@
 //                  one round trip to HBM plus a cluster barrier. For N >= 100000 (lm_head) a
 //                  wider variant: 16 threads x 16 bytes across a tile, each block's range of x
 //                  staged in shared memory, K split only as far as that range needs.
-//   batch_columns_kernel  the same layout on sm_90 for the mid shapes (v7: bf16/f16, K 512..2304,
-//                  N 2048..9216 where measured faster) and the small ones (v8: N <= 1024, narrower
-//                  tiles, launch_columns_small): whole batches of 8 (or 4) 16-byte loads per thread,
+//   batch_columns_kernel  the same layout on sm_90 for the small and mid shapes (v9: bf16/f16,
+//                  N <= 1024, or N <= 9216 with K <= 3584; 256-thread blocks of 32- or 128-column
+//                  tiles where measured faster): whole batches of 4 or 8 16-byte loads per thread,
 //                  the first issued before x is staged in shared memory; K split over a cluster
 //                  sized so every block is resident, partial sums pushed to their owner block by
 //                  st.async onto its mbarrier (launch_columns_batch has the rule and numbers).
@@ -88,7 +88,13 @@
 //      11.03, 1792x2048 5.49 -> 5.12, 768x2048 4.40 -> 4.01, 512x2048 3.97 -> 3.85; all 88 shapes
 //      geomean 1.20x -> 1.23x (docs/PERF.md, session 6).
 //   v8 small columns (N <= 1024): the batch kernel with 32- or 128-column tiles of 256 threads
-//      (launch_columns_small has the probe's numbers, bench/gemv_probe.cu "columns3"). (this)
+//      (probe "columns3"). In ember (2943f31, one run): 2048x32 2.95 -> 2.44 us, 2048x128 2.96 ->
+//      2.59, 2048x256 3.79 -> 2.87, 2048x512 4.23 -> 3.15, 2048x768 4.32 -> 3.42, 2880x32 2.99 ->
+//      2.46, 2880x512 4.54 -> 3.67, 4096x1024 5.76 -> 5.63, 8192x1024 8.39 -> 7.70; all 88 shapes
+//      geomean 1.245x.
+//   v9 the 256-thread batch tiles on the mid shapes as well, replacing v7's configurations (probe
+//      "columns4": faster than v7 and v5 on all 15 mid shapes it ran; launch_columns_batch has the
+//      numbers). (this)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -739,15 +745,6 @@ int resident_clusters(const void* kernel, int device, int threads, int cluster) 
   return it->second;
 }
 
-// The v7 batch kernel's two configurations (bench/gemv_probe.cu's "batch C16 T512 L8 push" and
-// "batch C4 T1024 L8"): threads across a tile, threads per block, and the rows of K one batch of
-// loads covers (kClusterLoads per thread, one per slice).
-constexpr int kBatchColThreads = 16, kBatchThreads = 512, kBatchRows = kClusterLoads * kBatchThreads / kBatchColThreads;
-constexpr int kWaveColThreads = 4, kWaveThreads = 1024, kWaveRows = kClusterLoads * kWaveThreads / kWaveColThreads;
-// The box of shapes measured (bf16, columns2 section of the probe): K 512..2304, N 2048..9216.
-constexpr int64_t kBatchMinK = 512, kBatchMaxK = 2304, kBatchMinN = 2048, kBatchMaxN = 9216;
-static_assert(kBatchMaxK <= kMaxXRange, "a rank's x range must fit the batch kernel's shared memory");
-
 template <class T, int COLS, int THREADS, int L = kClusterLoads>
 void launch_batch_columns(const GemvArgs<T>& g, int64_t tiles, int cluster, cudaStream_t stream) {
   const auto kernel = batch_columns_kernel<T, COLS, THREADS, L>;
@@ -761,71 +758,27 @@ void launch_batch_columns(const GemvArgs<T>& g, int64_t tiles, int cluster, cuda
   EMBER_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, g.w, g.ldw, g.x, g.bias, g.y, n, k, k_per_rank));
 }
 
-// v7: the batch kernel on the mid shapes where bench/gemv_probe.cu measured it faster than the
-// kernels the host ran there (v4's split-K kernel, or v5's cluster kernel for <= 3.7M elements),
-// bf16 on the H200, 2026-11-30 (docs/perf-runs/2026-11-30-s5-probes.txt, "columns2"). Returns
-// false (launching nothing) elsewhere: f32 (not measured; its tiles would have 4 columns per
-// load), no 16-byte loads, below sm_90 or EMBER_DISABLE_FAST_PATHS=1, outside the measured box.
-//   C4 T1024 (32-column tiles, 256 slices: one batch covers K <= 2048, one block per tile, no
-//   cluster), when that runs as a single wave of resident blocks that fills more than half the
-//   slots: the whole matrix is requested in one round trip with no cross-block reduction.
-//   2048x4096: 128 blocks on 132 slots, 7.58 -> 7.20 us. Where it ran otherwise it lost: two
-//   waves (2048x8192, 256 blocks: 13.9 vs 11.6), K split over a cluster of 2 because the tiles
-//   fill only half the slots (2048x2048 5.89 vs 5.67, 768x2048 4.47 vs 4.10), K > 2048 (2304x2048
-//   6.23 vs 6.11). It rests on that one shape: the lead's measurements decide whether it stays.
-//   C16 T512 (128-column tiles, 32 slices: a batch is 256 rows of K), K split over the largest
-//   power-of-2 cluster with every block resident at once, when each rank's range is at most one
-//   batch or whole batches: 2048x2048 5.67 -> 5.25 us (cluster 8), 2048x6144 9.48 -> 8.35 (4),
-//   2048x7168 10.60 -> 9.45 (4), 2048x8192 11.57 -> 10.90 (2), 768x2048 4.10 -> 3.81 (8, one
-//   partial batch of 96 rows), 512x2048 3.66 -> 3.53 (8, 64 rows). A range of whole batches plus
-//   a partial one costs one more dependent round trip for a few rows, and both such shapes lost:
-//   2304x2048 (cluster 8, ranges of 256 + 32 rows) 6.11 -> 6.53, 2304x9216 (cluster 2, 4 x 256 +
-//   128) 13.59 -> 13.88; they keep v4. 2048x4096 (cluster 4, 2 batches, 128 blocks) lost too
-//   (7.58 -> 7.77): the C4 rule above takes it first. Of the decode table's shapes the rule also
-//   takes one the probe did not run: 1792x2048 (cluster 8, one batch of 224 rows; v5's kernel
-//   before).
-template <class T> bool launch_columns_batch(const GemvArgs<T>& g, int device, cudaStream_t stream) {
-  if constexpr (sizeof(T) != 2) {
-    return false;
-  } else {
-    if (g.k < kBatchMinK || g.k > kBatchMaxK || g.n < kBatchMinN || g.n > kBatchMaxN || !fast_paths_enabled(device, 90)) return false;
-    const int64_t sms = device_properties(device).multiProcessorCount;
-    const auto wave_kernel = reinterpret_cast<const void*>(batch_columns_kernel<T, kWaveColThreads, kWaveThreads>);
-    if (cluster_size_limit(wave_kernel, device, kWaveThreads) == 0) return false;  // no sm_90 code in this binary
-    const int64_t wave_tiles = (g.n + kWaveColThreads * kVec<T> - 1) / (kWaveColThreads * kVec<T>);
-    const int64_t wave_slots = sms * resident_blocks_per_sm(wave_kernel, device, kWaveThreads);
-    if (g.k <= kWaveRows && 2 * wave_tiles > wave_slots && wave_tiles <= wave_slots) {
-      launch_batch_columns<T, kWaveColThreads, kWaveThreads>(g, wave_tiles, 1, stream);
-      return true;
-    }
-    const auto kernel = reinterpret_cast<const void*>(batch_columns_kernel<T, kBatchColThreads, kBatchThreads>);
-    const int max_cluster = cluster_size_limit(kernel, device, kBatchThreads);
-    const int64_t tiles = (g.n + kBatchColThreads * kVec<T> - 1) / (kBatchColThreads * kVec<T>);
-    constexpr int64_t kSlicesDown = kBatchThreads / kBatchColThreads;
-    int cluster = 1;
-    if (tiles > sms * resident_blocks_per_sm(kernel, device, kBatchThreads)) return false;
-    while (2 * cluster <= max_cluster && g.k / (2 * cluster) >= kSlicesDown && tiles <= resident_clusters(kernel, device, kBatchThreads, 2 * cluster))
-      cluster *= 2;
-    const int64_t range = (g.k + cluster - 1) / cluster;  // <= kBatchMaxK: fits the kernel's x range
-    if (range > kBatchRows && range % kBatchRows != 0) return false;
-    launch_batch_columns<T, kBatchColThreads, kBatchThreads>(g, tiles, cluster, stream);
-    return true;
-  }
-}
-
-// v8: the batch kernel on the small columns shapes, N <= 1024 (0.1-17 MB), where v5's cluster
-// kernel took ~1-1.5 us longer than the rows layout on the same sizes. Measured first in
-// bench/gemv_probe.cu ("columns3", H200, 2026-11-30, bf16, weights from HBM; v5 -> v8 us):
-//   C4 T256 L4 (32-column tiles, 64 slices, 4 loads per thread: a batch is 256 rows of K):
-//   2048x32 3.10 -> 2.25 (cluster 16), 2048x128 3.28 -> 2.48, 2880x32 3.46 -> 2.34, 2880x512
-//   4.14 -> 3.43, 4096x1024 5.28 -> 4.94, 8192x1024 7.99 -> 7.56 (C4 T256 L8 7.16 there).
-//   C16 T256 L8 (128-column tiles, 16 slices) where K <= 2304 and N >= 256: 2048x256 3.34 -> 2.67,
-//   2048x512 3.76 -> 2.97, 2048x768 3.98 -> 3.17 (at K = 2880 it lost to C4 T256 L4: 3.86 vs 3.43).
+// v9 (session 6): the batch kernel with 256-thread blocks on the small and mid columns shapes,
+// measured first in bench/gemv_probe.cu (H200, 2026-11-30, bf16, weights from HBM, us):
+//   C4 T256 L4 (32-column tiles, 64 slices, 4 loads per thread: a batch is 256 rows of K) for
+//   N < 256, and for N <= 1024 at K > 2304 ("columns3", v5's cluster kernel -> this): 2048x32
+//   3.10 -> 2.25 (cluster 16), 2048x128 3.28 -> 2.48, 2880x32 3.46 -> 2.34, 2880x512 4.14 ->
+//   3.43, 4096x1024 5.28 -> 4.94, 8192x1024 7.99 -> 7.56 (C4 T256 L8 7.16 there).
+//   C16 T256 L8 (128-column tiles, 16 slices) elsewhere up to K 3584, N 9216 ("columns3" and
+//   "columns4"; the kernel the host ran before -> this, v7 = C16 T512 L8 or C4 T1024 L8):
+//   2048x256 3.34 -> 2.67, 2048x512 3.76 -> 2.97, 2048x768 3.98 -> 3.17, 512x2048 v7 3.59 -> 3.24,
+//   768x2048 v7 3.91 -> 3.59, 1792x2048 v7 4.90 -> 4.65, 2048x2048 v7 5.19 -> 4.92, 2048x4096 v7
+//   7.19 -> 6.48, 2048x6144 v7 8.54 -> 8.43, 2048x7168 v7 9.41 -> 9.39, 2048x8192 v7 10.82 ->
+//   10.41, 2304x2048 v5 6.14 -> 5.89, 2304x9216 v5 13.55 -> 12.84, 2880x2880 v5 7.70 -> 7.25,
+//   2880x4096 v5 9.45 -> 8.29, 2880x5760 v5 11.36 -> 10.37, 3584x2048 v5 7.39 -> 6.26. (At
+//   2880x512 C16 lost to C4: 3.86 vs 3.43. Other tiles won single shapes by a few percent: C8
+//   T256 L8, C16 T256 L4, C32 T256 L8.) This replaces v7's two configurations and their rules.
 // K is split over the largest power-of-2 cluster with every cluster resident and at least one
-// slice of rows per rank (the probe's rule). Returns false (launching nothing) for f32, N > 1024,
-// below sm_90 or with fast paths disabled, or when a rank's x range would not fit shared memory.
+// slice of rows per rank (the probe's rule). Returns false (launching nothing) for f32 (not
+// measured), no 16-byte loads, below sm_90 or with fast paths disabled, outside the measured box,
+// or when a rank's x range would not fit shared memory.
 template <class T, int COLS, int THREADS, int L>
-bool launch_columns_small_config(const GemvArgs<T>& g, int device, cudaStream_t stream) {
+bool launch_batch_config(const GemvArgs<T>& g, int device, cudaStream_t stream) {
   const auto kernel = reinterpret_cast<const void*>(batch_columns_kernel<T, COLS, THREADS, L>);
   const int max_cluster = cluster_size_limit(kernel, device, THREADS);
   if (max_cluster == 0) return false;  // no sm_90 code in this binary
@@ -840,13 +793,14 @@ bool launch_columns_small_config(const GemvArgs<T>& g, int device, cudaStream_t 
   return true;
 }
 
-template <class T> bool launch_columns_small(const GemvArgs<T>& g, int device, cudaStream_t stream) {
+template <class T> bool launch_columns_batch(const GemvArgs<T>& g, int device, cudaStream_t stream) {
   if constexpr (sizeof(T) != 2) {
     return false;
   } else {
-    if (g.n > 1024 || !fast_paths_enabled(device, 90)) return false;
-    if (g.k <= kBatchMaxK && g.n >= 256) return launch_columns_small_config<T, 16, 256, 8>(g, device, stream);
-    return launch_columns_small_config<T, 4, 256, 4>(g, device, stream);
+    if (!fast_paths_enabled(device, 90)) return false;
+    if (g.n < 256 || (g.n <= 1024 && g.k > 2304)) return launch_batch_config<T, 4, 256, 4>(g, device, stream);
+    if (g.n <= 9216 && g.k <= 3584) return launch_batch_config<T, 16, 256, 8>(g, device, stream);
+    return false;
   }
 }
 
@@ -917,7 +871,6 @@ template <class T> void launch_columns(const GemvArgs<T>& g, int device, cudaStr
   const bool vec = g.n % kVec<T> == 0 && g.ldw % kVec<T> == 0 && aligned16(g.w) && aligned16(g.y);
   if (vec && launch_columns_wide<T>(g, device, stream)) return;
   if (vec && launch_columns_batch<T>(g, device, stream)) return;
-  if (vec && launch_columns_small<T>(g, device, stream)) return;
   if (vec ? launch_columns_cluster<T, true>(g, device, stream) : launch_columns_cluster<T, false>(g, device, stream)) return;
   const int64_t tile = vec ? 32 * kVec<T> : 32;
   const int64_t tiles = (g.n + tile - 1) / tile;

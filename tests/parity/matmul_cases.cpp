@@ -181,15 +181,14 @@ EMBER_PARITY_CASE_TOL(gemv_columns_wide_n, 2e-2, 2e-2, {
           matmul(randn_on(d, {1, 40}, kFloat32, 135), randn_on(d, {40, 100000}, kFloat32, 136))};
 });
 
-// The v7 batch kernel (sm_90, bf16/f16, K 512..2304, N 2048..9216), on the configurations a
-// 132-SM H200 picks: C16 T512 with clusters of 8 (N 2056: a last tile of 8 of 128 columns, K 997:
-// ranges of 125 rows, the last 122, one predicated batch), of 4 (K 2047 x N 5120: ranges of 512
-// rows, two whole batches, the last rank 511, so its second batch is the predicated one), f16
-// K 768 (ranges of 96) with bias, as A @ v (A unit-stride along M) and from a wider matrix (ldb
-// 2064 > N), K 512 (64 rows per rank); C4 T1024 (one block per 32-column tile, no cluster) on
-// K 2047 x N 4096 with bias; each called twice where its mbarrier and cluster barriers must leave
-// nothing behind. f32 at a v7 shape runs the older kernels (v7 takes 2-byte types only).
-EMBER_PARITY_CASE_TOL(gemv_columns_batch_v7, 2e-2, 2e-2, {
+// The batch kernel on mid shapes (sm_90, bf16/f16; since v9 the C16 T256 L8 configuration,
+// first written for v7's): N 2056 (a last tile of 8 of 128 columns) with K 997 (ranges ending in
+// a predicated batch) with and without bias; K 2047 x N 5120 (ranges of whole batches, the last
+// rank's last batch predicated); K 2047 x N 4096 with bias (v7's single-wave shape); f16 K 768
+// with bias, as A @ v (A unit-stride along M) and from a wider matrix (ldb 2064 > N); K 512. Each
+// repeated call checks that the mbarrier and cluster barriers leave nothing behind. f32 at such a
+// shape runs the older kernels (the batch kernel takes 2-byte types only).
+EMBER_PARITY_CASE_TOL(gemv_columns_batch_mid, 2e-2, 2e-2, {
   std::vector<Tensor> outs;
   const Tensor x997 = randn_on(d, {1, 997}, kBFloat16, 140), b2056 = randn_on(d, {997, 2056}, kBFloat16, 141);
   const Tensor bias2056 = randn_on(d, {2056}, kBFloat16, 142);
