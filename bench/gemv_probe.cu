@@ -30,10 +30,16 @@
 //     8192}, 768x2048 and 512x2048, but 0.94-0.98x on 2304x2048, 2304x9216 and 2048x4096, where
 //     "batch C4 T1024 L8" (no cluster, 128 blocks) is best at 1.05x (7.20 vs 7.58 us). Both
 //     integrated as gemv.cu's v7 (batch_columns_kernel) on the shapes where they won.
+//   columns3 (session 6, docs/perf-runs/2026-11-30-s6-probes.txt; small shapes, N <= 1024):
+//     "batch C4 T256 L4 push" 1.06-1.48x over v5 on all nine (2048x32 3.10 -> 2.25 us), "batch
+//     C16 T256 L8 push" better at K 2048, N 256-768 (2048x512 2.97 us): gemv.cu's v8.
+//   columns4 (session 6; 15 mid shapes, v7's included): "batch C16 T256 L8 push" faster than v7's
+//     configurations and v5 on all of them (2048x4096 6.48 vs v7's 7.19 us): gemv.cu's v9.
 //
 // Build and run on the GPU machine (no CMake needed):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/gemv_probe.cu -o /tmp/gemv_probe && /tmp/gemv_probe
-// Only some sections: append their names (rows, columns, columns2), e.g. "/tmp/gemv_probe columns2".
+// Only some sections: append their names (rows, columns, columns2, columns3, columns4), e.g.
+// "/tmp/gemv_probe columns2".
 // SASS of a kernel (what the per-variant comments describe):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cubin -Xptxas -v bench/gemv_probe.cu -o /tmp/g.cubin
 //   cuobjdump -sass /tmp/g.cubin | less   (or nvdisasm -c /tmp/g.cubin)

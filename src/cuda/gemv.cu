@@ -94,7 +94,9 @@
 //      geomean 1.245x.
 //   v9 the 256-thread batch tiles on the mid shapes as well, replacing v7's configurations (probe
 //      "columns4": faster than v7 and v5 on all 15 mid shapes it ran; launch_columns_batch has the
-//      numbers). (this)
+//      numbers). In ember (1584362, one run, torch in the same run): 2048x4096 7.49 (v7) -> 6.85
+//      us, 2048x1792 6.05 -> 4.70, 2880x5760 11.59 -> 10.61, 3584x2048 7.69 (s5) -> 6.55, 512x2048
+//      3.84 -> 3.37; all 88 shapes geomean 1.262x, min 0.971x (docs/PERF.md, session 6). (this)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
