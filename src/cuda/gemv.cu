@@ -321,6 +321,31 @@ constexpr int kWideColThreads = 16;   // tile width (threads) of the large-N clu
 constexpr int kMaxXRange = 4096;      // rows of x a block of the large-N kernel stages in shared memory
 constexpr int64_t kWideMinColumns = 100000;  // N from which the large-N kernel runs (lm_head shapes)
 
+// A block's column sums over its slices of K, for the cluster and batch kernels: thread (slice,
+// col_thread) stores its VW partial sums in row `slice` of `sums` (float4 stores where rows of
+// STRIDE floats stay 16-byte aligned), then the PARTS neighbouring threads of column
+// threadIdx.x / PARTS add every PARTS-th slice and combine by shuffles. Every one of them returns
+// the column's sum.
+template <int PARTS, int SLICES, int STRIDE, int VW>
+__device__ __forceinline__ float sum_column_slices(float (&sums)[SLICES][STRIDE], const float (&acc)[VW], int slice, int col_thread) {
+  if constexpr (STRIDE % 4 == 0 && VW % 4 == 0) {
+#pragma unroll
+    for (int j = 0; j < VW; j += 4)
+      *reinterpret_cast<float4*>(&sums[slice][col_thread * VW + j]) = make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < VW; ++j) sums[slice][col_thread * VW + j] = acc[j];
+  }
+  __syncthreads();
+  const int col = threadIdx.x / PARTS, part = threadIdx.x % PARTS;
+  float s = 0.f;
+#pragma unroll
+  for (int sl = part; sl < SLICES; sl += PARTS) s += sums[sl][col];
+#pragma unroll
+  for (int off = PARTS / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+  return s;
+}
+
 // columns, one cluster per column tile (sm_90): the cluster's blocks (blockIdx.y, one per rank)
 // split K into contiguous ranges, each block sums its slices in shared memory, then every block
 // sends its tile sums to the ranks that own them (rank r owns columns [r, r + 1) * kCols / ranks
@@ -390,24 +415,10 @@ __global__ void __launch_bounds__(kThreads) cluster_columns_kernel(const T* __re
     }
   }
 
-  // Sum the block's slices: kParts neighbouring lanes per column, then shuffles.
   __shared__ alignas(16) float sums[Tile::kSlices][kStride];
   __shared__ float inbox[Tile::kCols];  // [source rank][owned column]: the ranks' sums of this block's columns
-  if constexpr (VW % 4 == 0) {
-#pragma unroll
-    for (int j = 0; j < VW; j += 4)
-      *reinterpret_cast<float4*>(&sums[slice][col_thread * VW + j]) = make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
-  } else {
-#pragma unroll
-    for (int j = 0; j < VW; ++j) sums[slice][col_thread * VW + j] = acc[j];
-  }
-  __syncthreads();
+  const float s = sum_column_slices<kParts>(sums, acc, slice, col_thread);
   const int col = threadIdx.x / kParts, part = threadIdx.x % kParts;
-  float s = 0.f;
-#pragma unroll
-  for (int sl = part; sl < Tile::kSlices; sl += kParts) s += sums[sl][col];
-#pragma unroll
-  for (int off = kParts / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
 
   // Exchange: send each column's block sum to its owner's inbox, then the owner adds them.
   cluster.barrier_wait();
@@ -562,24 +573,10 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS) batch_columns_kernel(
     }
   }
 
-  // Sum the block's slices: kParts neighbouring lanes per column, then shuffles.
   __shared__ alignas(16) float sums[kSlicesDown][kStride];
   __shared__ float inbox[kCols];  // [source rank][owned column]
-  if constexpr (kStride % 4 == 0) {
-#pragma unroll
-    for (int j = 0; j < VW; j += 4)
-      *reinterpret_cast<float4*>(&sums[slice][col_thread * VW + j]) = make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
-  } else {  // rows of kStride floats are not 16-byte aligned (C4 T1024: 33 floats)
-#pragma unroll
-    for (int j = 0; j < VW; ++j) sums[slice][col_thread * VW + j] = acc[j];
-  }
-  __syncthreads();
+  const float s = sum_column_slices<kParts>(sums, acc, slice, col_thread);
   const int col = threadIdx.x / kParts, part = threadIdx.x % kParts;
-  float s = 0.f;
-#pragma unroll
-  for (int sl = part; sl < kSlicesDown; sl += kParts) s += sums[sl][col];
-#pragma unroll
-  for (int off = kParts / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
   if (ranks == 1) {
     if (writes) y[out_col] = from_float<T>(s + bias_value);
     return;
