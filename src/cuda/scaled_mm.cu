@@ -32,7 +32,9 @@
 // shows it; Hopper's FP8 tensor cores are reached through wgmma only). Native on sm_89.
 // v4 (session 6) at M = 1, from bench/fp8_gemv_probe.cu: fp8_mma16_gemv (probe: 16.70 us
 // tensorwise, 17.13 rowwise; 4096x4096 6.65 vs v3's 10.28, 2048x768 2.76 vs 5.20) and, with
-// use_fast_accum, fp8_core_gemv (probe 15.24 / 15.36; in ember 15.51 us, torch 17.41).
+// use_fast_accum, fp8_core_gemv (probe 15.24 / 15.36; in ember's benchmark 15.51-15.76 us over
+// four runs on two machines, torch 17.0-17.4; exact 16.9-17.4). M = 1 over >= 128 MB without
+// use_fast_accum: cuBLASLt (1x8192x28672 56.6 us = torch; fp8_mma16_gemv 63.2).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
