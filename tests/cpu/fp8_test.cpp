@@ -61,6 +61,18 @@ TEST(Fp8, ScaledMmMatchesFloat64OfDequantizedOperands) {
   EXPECT_ALLCLOSE(scaled_mm(a, w.t(), sa, sb, {}, kFloat32).to(kFloat64), ref, 1e-5, 1e-5);
 }
 
+// use_fast_accum (torch's flag) lets a GPU add the products with less precision; the CPU backend
+// ignores it: the same float64-checked products, and the same validation.
+TEST(Fp8, ScaledMmFastAccumIsExactOnCpu) {
+  const Tensor a = randn({1, 512}, kFloat32, Device::cpu(), 7).to(kFloat8_e4m3fn);
+  const Tensor w = randn({40, 512}, kFloat32, Device::cpu(), 8).to(kFloat8_e4m3fn);
+  const Tensor sa = full({1, 1}, 0.5, kFloat32), sb = rand({1, 40}, kFloat32, Device::cpu(), 9);
+  const Tensor ref = mul(mul(mm(a.to(kFloat64), w.t().to(kFloat64)), sa.to(kFloat64)), sb.to(kFloat64));
+  EXPECT_ALLCLOSE(scaled_mm(a, w.t(), sa, sb, {}, kFloat32, true).to(kFloat64), ref, 1e-5, 1e-5);
+  EXPECT_TENSOR_EQ(scaled_mm(a, w.t(), sa, sb, {}, kBFloat16, true), scaled_mm(a, w.t(), sa, sb));
+  EXPECT_THROW(scaled_mm(a, w.t(), sa, sb, scalar_tensor(1.0, kFloat32), kFloat32, true), Error);
+}
+
 TEST(Fp8, ScaledMmEmptyContractionIsZeros) {
   const Tensor a = empty({3, 0}, kFloat8_e4m3fn), b = empty({0, 5}, kFloat8_e4m3fn);
   const Tensor one = scalar_tensor(1.0, kFloat32);
