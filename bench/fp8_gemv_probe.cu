@@ -53,7 +53,8 @@
 //
 // Build and run on the GPU machine (no CMake needed):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/fp8_gemv_probe.cu -o /tmp/fp8_gemv_probe && /tmp/fp8_gemv_probe
-// Only some shapes: append "KxN" names, e.g. "/tmp/fp8_gemv_probe 4096x14336".
+// Only some shapes: append "KxN" names, e.g. "/tmp/fp8_gemv_probe 4096x14336"; "randn" draws the
+// codes as ember's decode bench does.
 // SASS of a kernel (what the per-variant comments describe):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cubin -Xptxas -v bench/fp8_gemv_probe.cu -o /tmp/f.cubin
 //   cuobjdump -sass /tmp/f.cubin | less   (or nvdisasm -c /tmp/f.cubin)
@@ -499,6 +500,11 @@ double e4m3_value(uint8_t c) {
   return sign ? -v : v;
 }
 
+// "randn" on the command line: weights and x are e4m3 of N(0, 1) samples, as ember's decode bench
+// and torch_decode.py make them, instead of uniform codes (the decode bench times fp8_core_gemv
+// ~0.5 us slower than this probe does; the data is one difference between the two harnesses).
+bool g_randn_codes = false;
+
 void run_shape(Shape s, const std::vector<Variant>& variants, uint8_t* pool, size_t pool_bytes, uint8_t* x_dev, float* sa_dev,
                float* sb_dev, bf16* y_dev) {
   Problem p{};
@@ -511,7 +517,9 @@ void run_shape(Shape s, const std::vector<Variant>& variants, uint8_t* pool, siz
   p.x = x_dev;
   p.y = y_dev;
   std::mt19937 rng(1234u + s.k * 7u + s.n);
+  std::normal_distribution<float> normal(0.f, 1.f);
   const auto code = [&] {
+    if (g_randn_codes) return static_cast<uint8_t>(__nv_cvt_float_to_fp8(normal(rng), __NV_SATFINITE, __NV_E4M3));
     uint8_t c;
     do c = static_cast<uint8_t>(rng() & 0xff);
     while ((c & 0x7f) == 0x7f);
@@ -560,6 +568,7 @@ void run_shape(Shape s, const std::vector<Variant>& variants, uint8_t* pool, siz
 
 // Arguments: shapes to run as "KxN" (none: all four).
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) g_randn_codes |= std::string(argv[i]) == "randn";
   cudaDeviceProp prop{};
   CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
@@ -587,9 +596,15 @@ int main(int argc, char** argv) {
       {"core bits R1 L8", launch_core<1, 8, true>},
   };
   for (const Shape& s : shapes) {
-    bool wanted = argc == 1;
-    for (int i = 1; i < argc; ++i) wanted |= std::to_string(s.k) + "x" + std::to_string(s.n) == argv[i];
-    if (wanted) run_shape(s, variants, pool, pool_bytes, x_dev, sa_dev, sb_dev, y_dev);
+    const std::string name = std::to_string(s.k) + "x" + std::to_string(s.n);
+    bool named = false, wanted = false;
+    for (int i = 1; i < argc; ++i) {
+      if (std::string(argv[i]) == "randn") continue;
+      named = true;
+      wanted |= name == argv[i];
+    }
+    if (named && !wanted) continue;
+    run_shape(s, variants, pool, pool_bytes, x_dev, sa_dev, sb_dev, y_dev);
   }
   CHECK(cudaFree(pool));
   CHECK(cudaFree(x_dev));
