@@ -21,6 +21,14 @@ std::vector<Tensor> scaled(Device d, int64_t m, int64_t k, int64_t n, bool rowwi
   return {scaled_mm(a, b, sa, sb, bias_t, out, fast_accum)};
 }
 
+// M = 1 against a weight sliced from a wider one (row stride 2080 bytes > K = 2048).
+std::vector<Tensor> m1_weight_slice(Device d, bool fast_accum) {
+  const Tensor a = randn_on(d, {1, 2048}, kFloat32, 16).to(kFloat8_e4m3fn);
+  const Tensor b = randn_on(d, {300, 2080}, kFloat32, 17).to(kFloat8_e4m3fn).narrow(1, 0, 2048).t();
+  const Tensor sa = rand_on(d, {1, 1}, kFloat32, 18), sb = rand_on(d, {1, 300}, kFloat32, 19);
+  return {scaled_mm(a, b, sa, sb, {}, kBFloat16, fast_accum)};
+}
+
 }  // namespace
 
 EMBER_PARITY_CASE(scaled_mm_gemv_m1_tensorwise, { return scaled(d, 1, 4096, 1000, false, kBFloat16, false); });
@@ -37,6 +45,9 @@ EMBER_PARITY_CASE(scaled_mm_gemv_m4_f16_bias, { return scaled(d, 4, 1024, 300, f
 // chunks. Exact mode: the f32 products of the CPU reference, summed in another order.
 EMBER_PARITY_CASE_TOL(scaled_mm_gemv_m1_exact_batches_and_tail, 1e-4, 1e-4, { return scaled(d, 1, 8240, 33, false, kFloat32, false); });
 EMBER_PARITY_CASE(scaled_mm_gemv_m1_exact_k_tail_f16_bias, { return scaled(d, 1, 1040, 4097, true, kFloat16, true); });
+// M = 1 against a weight slice (m1_weight_slice), both modes (fast: max|out| ~40 here, atol 0.05).
+EMBER_PARITY_CASE(scaled_mm_gemv_m1_weight_slice, { return m1_weight_slice(d, false); });
+EMBER_PARITY_CASE_TOL(scaled_mm_gemv_m1_fast_weight_slice, 1e-2, 0.05, { return m1_weight_slice(d, true); });
 // M = 1 over >= 128 MB of weights goes to cuBLASLt (8192 x 16400 e4m3 = 134.3 MB): its FP8 tensor
 // cores' reduced-precision partial sums at K = 8192 left errors up to 1.1e-3 on outputs up to ~0.15
 // on the H200 (the default tolerance, atol 1e-3, failed 5 of 16400 elements).
