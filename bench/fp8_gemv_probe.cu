@@ -289,15 +289,22 @@ __device__ __forceinline__ void e4m3x4_bits_to_f16(uint32_t v, uint32_t& even, u
 // batch). Single-batch shapes: R1 L8 at K = 4096 (4096x14336, 4096x4096), R1 L16 at K = 8192,
 // every core variant at K = 2048 (L' = 4). Per 16-byte chunk: 8 F2FP (bits: ~14 LOP3 / IMAD.SHL
 // / SHF instead), 8 HFMA2, 2 HADD2.F32, 2 FADD; 2 LDS.128 per chunk shared by the R rows.
-template <int R, int L, bool BITS, bool NORM = false>
+// PERSIST (session 6, not run yet): one wave of resident blocks (x staged once per block), each
+// warp walking row groups warp, warp + all warps, ...; a group's first batch is loaded after the
+// previous group's sum.
+template <int R, int L, bool BITS, bool NORM = false, bool PERSIST = false>
 __global__ void __launch_bounds__(256) core_kernel(const uint4* __restrict__ w, int ldw_vec, const uint4* __restrict__ x, int n,
                                                   int n_vec, Scales sc, bf16* __restrict__ y) {
   extern __shared__ uint4 x_f16[];
   float* chunk_scale = reinterpret_cast<float*>(x_f16 + 2 * n_vec);  // NORM: chunk c's power of two
-  const int lane = threadIdx.x % 32, row0 = (blockIdx.x * 8 + threadIdx.x / 32) * R;
+  const int lane = threadIdx.x % 32, groups = (n + R - 1) / R;
+  int group = blockIdx.x * 8 + threadIdx.x / 32, row0 = group * R;
   const uint4* wr[R];
+  const auto point_rows = [&] {
 #pragma unroll
-  for (int r = 0; r < R; ++r) wr[r] = w + static_cast<size_t>(min(row0 + r, n - 1)) * ldw_vec + lane;
+    for (int r = 0; r < R; ++r) wr[r] = w + static_cast<size_t>(min(row0 + r, n - 1)) * ldw_vec + lane;
+  };
+  point_rows();
   uint4 v[R][L];
   const auto load = [&](int i) {
 #pragma unroll
@@ -393,6 +400,7 @@ __global__ void __launch_bounds__(256) core_kernel(const uint4* __restrict__ w, 
     x_f16[2 * c + 1] = make_uint4(h[4], h[5], h[6], h[7]);
   }
   __syncthreads();
+  for (;;) {
   int i = 0;
   if (first_full) {
     consume_batch(0);
@@ -418,6 +426,15 @@ __global__ void __launch_bounds__(256) core_kernel(const uint4* __restrict__ w, 
     for (int r = 1; r < R; ++r) mine = lane == r ? acc[r] : mine;
     const int row = row0 + lane;
     y[row] = __float2bfloat16_rn(mine * 256.f * sc.a[0] * sc.b[sc.b_per_col ? row : 0]);
+  }
+  if constexpr (!PERSIST) break;
+  group += static_cast<int>(gridDim.x) * 8;
+  if (group >= groups) break;
+  row0 = group * R;
+  point_rows();
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.f;
+  if (first_full) load(0);
   }
 }
 
@@ -477,19 +494,28 @@ template <int WARPS, int L> void launch_mma16(const Problem& p, const uint8_t* w
   }
 }
 
-template <int R, int L, bool BITS, bool NORM = false> void launch_core_l(const Problem& p, const uint8_t* w, cudaStream_t st) {
-  const auto blocks = static_cast<unsigned>((p.s.n + 8 * R - 1) / (8 * R));
-  core_kernel<R, L, BITS, NORM><<<blocks, 256, p.s.k * 2 + (NORM ? p.s.k / 4 : 0), st>>>(reinterpret_cast<const uint4*>(w), p.s.k / 16,
+template <int R, int L, bool BITS, bool NORM = false, bool PERSIST = false>
+void launch_core_l(const Problem& p, const uint8_t* w, cudaStream_t st) {
+  const size_t smem = p.s.k * 2 + (NORM ? p.s.k / 4 : 0);
+  auto blocks = static_cast<unsigned>((p.s.n + 8 * R - 1) / (8 * R));
+  if constexpr (PERSIST) {
+    int sms = 0, per_sm = 0;
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, core_kernel<R, L, BITS, NORM, PERSIST>, 256, smem));
+    blocks = std::min(blocks, static_cast<unsigned>(sms * per_sm));
+  }
+  core_kernel<R, L, BITS, NORM, PERSIST><<<blocks, 256, smem, st>>>(reinterpret_cast<const uint4*>(w), p.s.k / 16,
                                                           reinterpret_cast<const uint4*>(p.x), p.s.n, p.s.k / 16, p.sc, p.y);
 }
 
-template <int R, int L, bool BITS, bool NORM = false> void launch_core(const Problem& p, const uint8_t* w, cudaStream_t st) {
+template <int R, int L, bool BITS, bool NORM = false, bool PERSIST = false>
+void launch_core(const Problem& p, const uint8_t* w, cudaStream_t st) {
   switch (batch_for(L, p.s.k / 512)) {
-    case 1: return launch_core_l<R, 1, BITS, NORM>(p, w, st);
-    case 2: return launch_core_l<R, 2, BITS, NORM>(p, w, st);
-    case 4: return launch_core_l<R, 4, BITS, NORM>(p, w, st);
-    case 8: return launch_core_l<R, (L >= 8 ? 8 : 4), BITS, NORM>(p, w, st);
-    default: return launch_core_l<R, (L >= 16 ? 16 : L), BITS, NORM>(p, w, st);
+    case 1: return launch_core_l<R, 1, BITS, NORM, PERSIST>(p, w, st);
+    case 2: return launch_core_l<R, 2, BITS, NORM, PERSIST>(p, w, st);
+    case 4: return launch_core_l<R, 4, BITS, NORM, PERSIST>(p, w, st);
+    case 8: return launch_core_l<R, (L >= 8 ? 8 : 4), BITS, NORM, PERSIST>(p, w, st);
+    default: return launch_core_l<R, (L >= 16 ? 16 : L), BITS, NORM, PERSIST>(p, w, st);
   }
 }
 
@@ -592,6 +618,7 @@ int main(int argc, char** argv) {
       {"core R1 L8", launch_core<1, 8, false>},
       {"core R2 L4", launch_core<2, 4, false>},
       {"core R2 L4 norm", launch_core<2, 4, false, true>},
+      {"core R2 L4 persist", launch_core<2, 4, false, false, true>},
       {"core R1 L16", launch_core<1, 16, false>},
       {"core bits R1 L8", launch_core<1, 8, true>},
   };

@@ -356,6 +356,20 @@ __global__ void __launch_bounds__(kThreads) rows_unpred_kernel(const uint4* __re
   if (lane == 0) y[row] = __float2bfloat16_rn(acc);
 }
 
+// rows "persist L" (session 6, not run yet): as "unpred L" but one wave of resident blocks, each
+// warp walking rows warp, warp + all warps, ...: no block starts after the first wave, and the last
+// rows spread over every warp (the 100-134 MB shapes read at 3.75-3.85 TB/s in ember's v6 rows
+// kernel; the stream probe's floor there is ~4.05 TB/s).
+template <int L>
+__global__ void __launch_bounds__(kThreads) rows_persist_kernel(const uint4* __restrict__ w, int ldw_vec, const uint4* __restrict__ x,
+                                                                bf16* __restrict__ y, int n_rows, int n_vec) {
+  const int lane = threadIdx.x % 32, warps = static_cast<int>(gridDim.x) * (kThreads / 32);
+  for (int row = blockIdx.x * (kThreads / 32) + threadIdx.x / 32; row < n_rows; row += warps) {
+    const float acc = warp_row_dot<L, false>(w + static_cast<size_t>(row) * ldw_vec + lane, x + lane, n_vec, lane);
+    if (lane == 0) y[row] = __float2bfloat16_rn(acc);
+  }
+}
+
 // rows "pipe L": a warp per row, software pipelined: batch i + 1's L weight loads are issued
 // before batch i is consumed, so L loads sit in registers while the previous L are used. SASS
 // L4: 48 registers, but ptxas issues batch i + 1's loads after batch i's x loads and half its
@@ -777,6 +791,15 @@ template <class Kernel> void launch_warp_rows(Kernel kernel, int rows_per_warp, 
                                       p.s.k / kVec);
 }
 
+template <int L> void launch_rows_persist(const Problem& p, const bf16* w, cudaStream_t st) {
+  int per_sm = 0;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rows_persist_kernel<L>, kThreads, 0));
+  const int needed = (p.s.n + kThreads / 32 - 1) / (kThreads / 32);
+  const unsigned blocks = static_cast<unsigned>(std::min(needed, per_sm * p.sms));
+  rows_persist_kernel<L><<<blocks, kThreads, 0, st>>>(reinterpret_cast<const uint4*>(w), p.s.k / kVec, reinterpret_cast<const uint4*>(p.x),
+                                                      p.y, p.s.n, p.s.k / kVec);
+}
+
 // rows "smem L": x in dynamic shared memory (the kernel's attribute allows 64 KB: set in main()).
 template <int L> void launch_rows_smem(const Problem& p, const bf16* w, cudaStream_t st) {
   const unsigned blocks = (p.s.n + kThreads / 32 - 1) / (kThreads / 32);
@@ -1056,6 +1079,8 @@ int main(int argc, char** argv) {
       {"ember rows G64", launch_ember_rows_group<64>},
       {"unpred L4", [](const Problem& p, const bf16* w, cudaStream_t st) { launch_warp_rows(rows_unpred_kernel<4, false>, 1, p, w, st); }},
       {"unpred L8", [](const Problem& p, const bf16* w, cudaStream_t st) { launch_warp_rows(rows_unpred_kernel<8, false>, 1, p, w, st); }},
+      {"persist L4", launch_rows_persist<4>},
+      {"persist L8", launch_rows_persist<8>},
       {"unpred L4 noL1", [](const Problem& p, const bf16* w, cudaStream_t st) { launch_warp_rows(rows_unpred_kernel<4, true>, 1, p, w, st); }},
       {"unpred L8 noL1", [](const Problem& p, const bf16* w, cudaStream_t st) { launch_warp_rows(rows_unpred_kernel<8, true>, 1, p, w, st); }},
       {"pipe L4", [](const Problem& p, const bf16* w, cudaStream_t st) { launch_warp_rows(rows_pipe_kernel<4>, 1, p, w, st); }},
