@@ -41,8 +41,9 @@ EMBER_PARITY_CASE(scaled_mm_gemv_m9_bf16_bias, { return scaled(d, 9, 1040, 17, t
 EMBER_PARITY_CASE(scaled_mm_gemv_m16_f16, { return scaled(d, 16, 2048, 1001, false, kFloat16, false); });
 EMBER_PARITY_CASE_TOL(scaled_mm_gemv_m1_k16_n1, 1e-3, 1e-3, { return scaled(d, 1, 16, 1, false, kFloat32, false); });
 EMBER_PARITY_CASE(scaled_mm_gemv_m4_f16_bias, { return scaled(d, 4, 1024, 300, false, kFloat16, true); });
-// M = 1 runs fp8_core_gemv on sm_89+: whole batches of 4, 2 or 1 loads per lane plus a tail of
-// chunks. Exact mode: the f32 products of the CPU reference, summed in another order.
+// M = 1 on sm_89+ runs fp8_mma16_gemv (exact: f16 mma products, f32 sums, the CPU reference's
+// values summed in another order) or, with use_fast_accum, fp8_core_gemv: whole batches of loads
+// plus a tail (K = 8240: 515 chunks; K = 1040: 65).
 EMBER_PARITY_CASE_TOL(scaled_mm_gemv_m1_exact_batches_and_tail, 1e-4, 1e-4, { return scaled(d, 1, 8240, 33, false, kFloat32, false); });
 EMBER_PARITY_CASE(scaled_mm_gemv_m1_exact_k_tail_f16_bias, { return scaled(d, 1, 1040, 4097, true, kFloat16, true); });
 // M = 1 against a weight slice (m1_weight_slice), both modes (fast: max|out| ~40 here, atol 0.05).
@@ -57,7 +58,7 @@ EMBER_PARITY_CASE_TOL(scaled_mm_m1_large_lt, 1e-2, 3e-3, { return scaled(d, 1, 8
 EMBER_PARITY_CASE_TOL(scaled_mm_gemv_m1_fast_bf16, 1e-2, 0.1, { return scaled(d, 1, 4096, 1000, false, kBFloat16, false, true, kFloat8_e4m3fn, true); });
 EMBER_PARITY_CASE_TOL(scaled_mm_gemv_m1_fast_rowwise_bias_tail, 1e-2, 0.05, { return scaled(d, 1, 528, 77, true, kFloat16, true, true, kFloat8_e4m3fn, true); });
 // Tiny operands (most e4m3 codes subnormal): each x chunk's power-of-two staging keeps the half2
-// products normal; staged unscaled, most products would flush to zero. max|out| ~5e-4.
+// products normal; staged unscaled, most products would flush to zero. max|out| ~4e-3.
 EMBER_PARITY_CASE_TOL(scaled_mm_gemv_m1_fast_tiny_values, 1e-2, 2e-6, { return scaled(d, 1, 2048, 300, false, kFloat32, false, true, kFloat8_e4m3fn, true, 1.0 / 128); });
 EMBER_PARITY_CASE_TOL(scaled_mm_large_tensorwise, 1e-2, 2e-2, { return scaled(d, 256, 512, 384, false, kBFloat16, false); });
 EMBER_PARITY_CASE_TOL(scaled_mm_large_rowwise_bias, 1e-2, 2e-2, { return scaled(d, 300, 256, 512, true, kBFloat16, true); });
