@@ -432,9 +432,9 @@ __global__ void __launch_bounds__(kThreads) cluster_columns_kernel(const T* __re
 #endif
 }
 
-// v7 columns kernel ("batch" tiles, sm_90, 2-byte types): a tile of COLS threads x 16 bytes
+// The batch columns kernel (v7, v9; sm_90, 2-byte types): a tile of COLS threads x 16 bytes
 // across (COLS * 8 columns) and THREADS / COLS slices of K down the block, each thread taking
-// kClusterLoads rows per batch. The FIRST batch of weight loads is issued before anything else:
+// L rows per batch. The FIRST batch of weight loads is issued before anything else:
 // x is staged in shared memory only after it, so x's L2 round trip overlaps the weights', and the
 // __syncthreads between the loads and their first use keeps ptxas from interleaving them with
 // the FMAs (it does not sink loads below a barrier, and the FMAs need x from shared memory after
@@ -510,7 +510,7 @@ template <class T, int L, int S> __device__ __forceinline__ void fma_rows(float 
 // and 43 KB (C4 T1024).
 // __launch_bounds__: 1024 threads per SM resident (2 blocks of 512, 1 of 1024), i.e. <= 64
 // registers, the occupancy the probe measured (58-62 registers).
-template <class T, int COLS, int THREADS, int L = kClusterLoads>
+template <class T, int COLS, int THREADS, int L>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS) batch_columns_kernel(const T* __restrict__ b, int64_t ldb, const T* __restrict__ x,
                                                                 const T* __restrict__ bias, T* __restrict__ y, int n, int k, int k_per_rank) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -744,19 +744,6 @@ int resident_clusters(const void* kernel, int device, int threads, int cluster) 
   return it->second;
 }
 
-template <class T, int COLS, int THREADS, int L = kClusterLoads>
-void launch_batch_columns(const GemvArgs<T>& g, int64_t tiles, int cluster, cudaStream_t stream) {
-  const auto kernel = batch_columns_kernel<T, COLS, THREADS, L>;
-  const int k_per_rank = static_cast<int>((g.k + cluster - 1) / cluster);
-  const int n = static_cast<int>(g.n), k = static_cast<int>(g.k);
-  if (cluster == 1) {  // a plain launch, as measured (a one-block cluster needs no mbarrier)
-    kernel<<<static_cast<unsigned>(tiles), THREADS, 0, stream>>>(g.w, g.ldw, g.x, g.bias, g.y, n, k, k_per_rank);
-    return;
-  }
-  const ClusterLaunch launch(static_cast<unsigned>(tiles), static_cast<unsigned>(cluster), stream, THREADS);
-  EMBER_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, g.w, g.ldw, g.x, g.bias, g.y, n, k, k_per_rank));
-}
-
 // v9 (session 6): the batch kernel with 256-thread blocks on the small and mid columns shapes,
 // measured first in bench/gemv_probe.cu (H200, 2026-11-30, bf16, weights from HBM, us):
 //   C4 T256 L4 (32-column tiles, 64 slices, 4 loads per thread: a batch is 256 rows of K) for
@@ -788,7 +775,15 @@ bool launch_batch_config(const GemvArgs<T>& g, int device, cudaStream_t stream) 
     cluster *= 2;
   const int64_t range = (g.k + cluster - 1) / cluster;
   if ((range + kRows - 1) / kRows * kRows > kMaxXRange) return false;
-  launch_batch_columns<T, COLS, THREADS, L>(g, tiles, cluster, stream);
+  const int n = static_cast<int>(g.n), k = static_cast<int>(g.k), k_per_rank = static_cast<int>(range);
+  if (cluster == 1) {  // a plain launch, as measured (a one-block cluster needs no mbarrier)
+    batch_columns_kernel<T, COLS, THREADS, L><<<static_cast<unsigned>(tiles), THREADS, 0, stream>>>(g.w, g.ldw, g.x, g.bias, g.y, n,
+                                                                                                   k, k_per_rank);
+    return true;
+  }
+  const ClusterLaunch launch(static_cast<unsigned>(tiles), static_cast<unsigned>(cluster), stream, THREADS);
+  EMBER_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, batch_columns_kernel<T, COLS, THREADS, L>, g.w, g.ldw, g.x, g.bias, g.y, n, k,
+                                      k_per_rank));
   return true;
 }
 
