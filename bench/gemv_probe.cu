@@ -1171,6 +1171,53 @@ int main(int argc, char** argv) {
   const std::vector<Shape> column5_shapes = {{4096, 14336}, {3584, 14336}, {14336, 4096},
                                              {14336, 3584}, {8192, 8192},  {28672, 8192}};
   if (wanted("columns5")) run_layout("columns5", false, column5_shapes, column4_variants, pool, pool_bytes, base);
+  // harness (session 7): ember's decode bench times the same kernels 0.5-1.4 us slower per call
+  // than this probe (rows 3584x14336: "unpred L4" 25.4 us here, ember 26.8 in bench/decode_bench).
+  // The two harnesses differ in the copies (here >= 400 MB in one pool, launched once each; the
+  // bench 4x the L2 in separate allocations, 20 launches cycling through them). This section times
+  // one kernel per shape under each combination, to find which difference costs the time.
+  if (wanted("harness")) {
+    std::printf("\nharness: one kernel, four ways of rotating its weights\n%-34s %13s %9s %8s\n", "setup", "K x N", "us", "TB/s");
+    struct Case {
+      Shape s;
+      bool rows;
+      Launch launch;
+    };
+    const std::vector<Case> cases = {
+        {{3584, 14336}, true, [](const Problem& p, const bf16* w, cudaStream_t st) { launch_warp_rows(rows_unpred_kernel<4, false>, 1, p, w, st); }},
+        {{4096, 14336}, true, [](const Problem& p, const bf16* w, cudaStream_t st) { launch_warp_rows(rows_unpred_kernel<4, false>, 1, p, w, st); }},
+        {{14336, 3584}, false, launch_ember_columns},
+    };
+    for (const Case& c : cases) {
+      Problem p = base;
+      p.s = c.s;
+      const size_t bytes = p.bytes();
+      p.stride = (bytes + 255) / 256 * 256 / sizeof(bf16);
+      p.w0 = pool;
+      fill_kernel<<<4 * p.sms, 256>>>(pool, static_cast<size_t>(c.s.k) * c.s.n, 12345u);
+      fill_kernel<<<64, 256>>>(const_cast<bf16*>(p.x), c.s.k, 777u);
+      const int pool_copies = static_cast<int>(std::max<size_t>(2, ((size_t{400} << 20) + bytes - 1) / bytes));
+      const int bench_copies = static_cast<int>(std::max<size_t>(1, ((size_t{240} << 20) + bytes - 1) / bytes));
+      for (int i = 1; i < pool_copies; ++i) CHECK(cudaMemcpy(pool + i * p.stride, pool, bytes, cudaMemcpyDeviceToDevice));
+      std::vector<bf16*> separate(bench_copies);
+      for (bf16*& w : separate) {
+        CHECK(cudaMalloc(&w, bytes));
+        CHECK(cudaMemcpy(w, pool, bytes, cudaMemcpyDeviceToDevice));
+      }
+      const auto run = [&](const char* setup, int copies, int launches, bool in_pool) {
+        const float us = time_graph([&](cudaStream_t st) {
+          for (int i = 0; i < launches; ++i) c.launch(p, in_pool ? p.w(i % copies) : separate[i % copies], st);
+        }, launches);
+        std::printf("%-34s %6dx%-6d %9.2f %8.2f\n", setup, c.s.k, c.s.n, us, bytes / us / 1e6);
+      };
+      run("pool, 400 MB copies, each once", pool_copies, pool_copies, true);
+      run("pool, 400 MB copies, 20 launches", pool_copies, 20, true);
+      run("pool, 4xL2 copies, 20 launches", bench_copies, 20, true);
+      run("separate, 4xL2 copies, 20 launches", bench_copies, 20, false);
+      run("separate, 4xL2 copies, each once", bench_copies, bench_copies, false);
+      for (bf16* w : separate) CHECK(cudaFree(w));
+    }
+  }
   CHECK(cudaFree(pool));
   CHECK(cudaFree(const_cast<bf16*>(base.x)));
   CHECK(cudaFree(base.y));

@@ -19,9 +19,10 @@ inline void check(cudaError_t e, const char* what) {
 }
 
 /// Median microseconds per call. `mode` cudaStreamCaptureModeGlobal also proves the calls
-/// never synchronise with the host (the capture fails if they do).
+/// never synchronise with the host (the capture fails if they do). `nodes`, when given, receives
+/// the captured graph's node count (kernels, memsets, ...) divided by the number of calls.
 inline double time_graph(const std::vector<std::function<void()>>& calls, int replays = 15,
-                         cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed) {
+                         cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed, double* nodes = nullptr) {
   const cuda::Stream stream = cuda::get_stream_from_pool();
   cuda::StreamGuard guard(stream);
   for (const auto& f : calls) f();  // warm-up: fills the allocator cache and library handles
@@ -37,6 +38,11 @@ inline double time_graph(const std::vector<std::function<void()>>& calls, int re
     throw;
   }
   check(cudaStreamEndCapture(s, &graph), "end capture");
+  if (nodes) {
+    size_t count = 0;
+    check(cudaGraphGetNodes(graph, nullptr, &count), "graph nodes");
+    *nodes = static_cast<double>(count) / static_cast<double>(calls.size());
+  }
   check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
   check(cudaGraphLaunch(exec, s), "launch");
   stream.synchronize();

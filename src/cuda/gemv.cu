@@ -2,6 +2,7 @@
 // f32 accumulation. Bandwidth-bound: the goal is reading W once at HBM speed (H200 ~4.2 TB/s).
 //
 // Kernels, by which way the matrix is unit-stride:
+//   row_warp_kernel  one input row of a 2-byte type, 16-byte rows, a warp per output row (v10).
 //   rows_kernel    W unit-stride along K (nn.Linear weight [N, K], i.e. x @ W^T, or W @ x with
 //                  W row-major). A group of threads owns one output row and streams it with
 //                  16-byte loads; groups are 32..256 threads wide depending on N, so small-N
@@ -96,12 +97,19 @@
 //      "columns4": faster than v7 and v5 on all 15 mid shapes it ran; launch_columns_batch has the
 //      numbers). In ember (1584362, one run, torch in the same run): 2048x4096 7.49 (v7) -> 6.85
 //      us, 2048x1792 6.05 -> 4.70, 2880x5760 11.59 -> 10.61, 3584x2048 7.69 (s5) -> 6.55, 512x2048
-//      3.84 -> 3.37; all 88 shapes geomean 1.262x, min 0.971x (docs/PERF.md, session 6). (this)
+//      3.84 -> 3.37; all 88 shapes geomean 1.262x, min 0.971x (docs/PERF.md, session 6).
+//   v10 rows, one input row, G32: row_warp_kernel, 32 registers (8 blocks per SM) where the
+//      general rows_kernel took 48 (5). bench/gemv_probe.cu "harness" timed the probe's "unpred L4"
+//      in a 20-launch graph like the decode bench's at 24.9 us on 3584x14336 while the bench gave
+//      ember 26.4-26.8 on the same H200, one graph node per call in both. In ember (session 7,
+//      torch in the same run): NxKx1 3584x14336 26.45 -> 25.17 us (4.08 TB/s), 4096x14336 30.64
+//      -> 30.02, 8192x8192 33.40 (s6) -> 32.43, 2880x5760 10.61 (s6) -> 10.05. (this)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -124,6 +132,28 @@ template <class T> constexpr int kVec = 16 / sizeof(T);
 template <class T> __device__ __forceinline__ float dot16(const Vec<T>& a, const Vec<T>& b, float acc) {
 #pragma unroll
   for (int i = 0; i < kVec<T>; ++i) acc = fmaf(to_float(a.v[i]), to_float(b.v[i]), acc);
+  return acc;
+}
+
+// The float values of a 2-byte type's bits: the low and high halves of a 32-bit word, or one
+// 16-bit value.
+template <class T> __device__ __forceinline__ float low_to_float(uint32_t w) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float(w << 16);
+  else return __half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xFFFFu)));
+}
+template <class T> __device__ __forceinline__ float high_to_float(uint32_t w) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float(w & 0xFFFF0000u);
+  else return __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
+}
+
+// 8 values of a 2-byte type (16 bytes of raw bits) dotted with 8 more, added to acc.
+template <class T> __device__ __forceinline__ float dot8_bits(const uint4& w, const uint4& x, float acc) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w}, xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    acc = fmaf(low_to_float<T>(ws[i]), low_to_float<T>(xs[i]), acc);
+    acc = fmaf(high_to_float<T>(ws[i]), high_to_float<T>(xs[i]), acc);
+  }
   return acc;
 }
 
@@ -217,6 +247,43 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ w,
 #pragma unroll
     for (int m = 0; m < MROWS; ++m) y[m * ldy + row] = from_float<T>(acc[m] + b);
   }
+}
+
+// One input row, 16-byte rows, a warp per output row: rows_kernel<T, 32, true, 1> reduced to what
+// that case needs (32-bit offsets inside a row, no x-row array, no group reduction), as the
+// probe's "unpred L4" (bench/gemv_probe.cu). The general kernel took 48 registers here (5 blocks
+// per SM) and ran the large shapes ~1.5 us slower than the probe's 32 registers (8 blocks per SM)
+// in the same 20-launch graph on the same H200: 3584x14336 26.4-26.8 vs 24.9 us, 4096x14336 30.6
+// vs 29.6 (bench/gemv_probe.cu "harness", session 7). Under a 32-register cap (launch bounds)
+// the general kernel spilled instead.
+template <class T>
+__global__ void __launch_bounds__(kThreads) row_warp_kernel(const uint4* __restrict__ w, int ldw_vec, const uint4* __restrict__ x,
+                                                            const T* __restrict__ bias, T* __restrict__ y, int n_rows, int n_vec) {
+  constexpr int L = 4;  // 16-byte weight loads per lane and batch
+  const int lane = threadIdx.x % 32, row = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
+  if (row >= n_rows) return;  // the whole warp
+  const uint4* wr = w + static_cast<int64_t>(row) * ldw_vec + lane;
+  const uint4* xr = x + lane;
+  float acc = 0.f;
+  int i = 0;
+  for (; i + L * 32 <= n_vec; i += L * 32) {  // whole batches, no predicates
+    uint4 v[L];
+#pragma unroll
+    for (int u = 0; u < L; ++u) v[u] = __ldg(wr + i + u * 32);
+#pragma unroll
+    for (int u = 0; u < L; ++u) acc = dot8_bits<T>(v[u], xr[i + u * 32], acc);
+  }
+  if (i < n_vec) {  // one predicated batch
+    uint4 v[L];
+#pragma unroll
+    for (int u = 0; u < L; ++u) v[u] = i + u * 32 + lane < n_vec ? __ldg(wr + i + u * 32) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < L; ++u)
+      if (i + u * 32 + lane < n_vec) acc = dot8_bits<T>(v[u], xr[i + u * 32], acc);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) y[row] = from_float<T>(acc + (bias ? to_float(bias[row]) : 0.f));
 }
 
 constexpr int kSlices = 8;  // K slices per block in the columns kernel
@@ -476,17 +543,6 @@ template <class T, int L, bool PRED> __device__ __forceinline__ void load_rows(u
   for (int u = 0; u < L; ++u) r[u] = !PRED || u < valid ? load_streaming(p + u * step) : make_uint4(0, 0, 0, 0);
 }
 
-// The float values of a 2-byte type's bits: the low and high halves of a 32-bit word, or one
-// 16-bit value.
-template <class T> __device__ __forceinline__ float low_to_float(uint32_t w) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float(w << 16);
-  else return __half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xFFFFu)));
-}
-template <class T> __device__ __forceinline__ float high_to_float(uint32_t w) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float(w & 0xFFFF0000u);
-  else return __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16)));
-}
-
 // acc[j] += x[row] * B[row][col0 + j] over a batch's L rows, S slices apart; xr: the first row's
 // x (raw bits) in shared memory. Rows past the range have zero weights and zero x.
 template <class T, int L, int S> __device__ __forceinline__ void fma_rows(float (&acc)[8], const uint4 (&r)[L], const uint16_t* xr) {
@@ -627,6 +683,14 @@ template <class T> struct GemvArgs {
 template <class T, int GROUP, int MROWS>
 void launch_rows_group(const GemvArgs<T>& g, bool vec, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((g.n + kThreads / GROUP - 1) / (kThreads / GROUP));
+  if constexpr (GROUP == 32 && MROWS == 1 && sizeof(T) == 2) {
+    if (vec && g.n <= INT_MAX && g.ldw / kVec<T> <= INT_MAX && g.k / kVec<T> <= INT_MAX) {
+      row_warp_kernel<T><<<blocks, kThreads, 0, stream>>>(reinterpret_cast<const uint4*>(g.w), static_cast<int>(g.ldw / kVec<T>),
+                                                          reinterpret_cast<const uint4*>(g.x), g.bias, g.y, static_cast<int>(g.n),
+                                                          static_cast<int>(g.k / kVec<T>));
+      return;
+    }
+  }
   if (vec) rows_kernel<T, GROUP, true, MROWS><<<blocks, kThreads, 0, stream>>>(g.w, g.ldw, g.x, g.ldx, g.bias, g.y, g.ldy, g.n, g.k);
   else rows_kernel<T, GROUP, false, MROWS><<<blocks, kThreads, 0, stream>>>(g.w, g.ldw, g.x, g.ldx, g.bias, g.y, g.ldy, g.n, g.k);
 }

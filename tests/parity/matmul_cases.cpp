@@ -153,6 +153,10 @@ EMBER_PARITY_CASE_TOL(gemv_rows_batches_and_tails, 2e-2, 2e-2, {
   outs.push_back(linear(randn_on(d, {1, 3392}, kBFloat16, 101), w, randn_on(d, {1100}, kBFloat16, 102)).to(kFloat32));
   const Tensor w16 = (randn_on(d, {300, 4808}, kFloat16, 103) * Scalar(0.05)).slice(1, 0, 4800);
   outs.push_back(linear(randn_on(d, {1, 4800}, kFloat16, 104), w16).to(kFloat32));
+  // A warp per row (N >= 8 warps per SM, one input row): a weight slice (ldw 1032 > K 1000), K
+  // shorter than one whole batch of 4 x 32 chunks.
+  const Tensor w_slice = (randn_on(d, {1200, 1032}, kBFloat16, 124) * Scalar(0.05)).slice(1, 0, 1000);
+  outs.push_back(linear(randn_on(d, {1, 1000}, kBFloat16, 125), w_slice, randn_on(d, {1200}, kBFloat16, 126)).to(kFloat32));
   const Tensor a32 = randn_on(d, {40, 4400}, kFloat32, 105) * Scalar(0.05);
   outs.push_back(matmul(a32, randn_on(d, {4400, 1}, kFloat32, 106)));
   const Tensor wm = randn_on(d, {300, 1216}, kBFloat16, 107) * Scalar(0.05), bm = randn_on(d, {300}, kBFloat16, 108);
