@@ -530,6 +530,10 @@ double e4m3_value(uint8_t c) {
 // and torch_decode.py make them, instead of uniform codes (the decode bench times fp8_core_gemv
 // ~0.5 us slower than this probe does; the data is one difference between the two harnesses).
 bool g_randn_codes = false;
+// "x20" on the command line: also time each variant as ember's decode bench does, 20 launches per
+// graph cycling through the copies (column "us x20"; the gemv probe's "harness" section found the
+// each-copy-once graphs ~0.6 us slower per launch than 20-launch ones for the same kernel).
+bool g_twenty = false;
 
 void run_shape(Shape s, const std::vector<Variant>& variants, uint8_t* pool, size_t pool_bytes, uint8_t* x_dev, float* sa_dev,
                float* sb_dev, bf16* y_dev) {
@@ -587,14 +591,22 @@ void run_shape(Shape s, const std::vector<Variant>& variants, uint8_t* pool, siz
       const auto [err, us] =
           check_and_time([&](int c, cudaStream_t st) { v.launch(p, p.w(c), st); }, p.copies, y_dev, s.n, ref, ref_max);
       if (base_us == 0.f) base_us = us;
-      std::printf("%-16s %9.2f %8.2f %7.3fx %9.1e%s\n", v.name.c_str(), us, bytes / us / 1e6, base_us / us, err, err > 1e-2 ? " FAIL" : "");
+      const float us20 = g_twenty ? time_graph([&](cudaStream_t st) {
+        for (int i = 0; i < 20; ++i) v.launch(p, p.w(i % p.copies), st);
+      }, 20) : 0.f;
+      std::printf("%-16s %9.2f %8.2f %7.3fx %9.1e%s", v.name.c_str(), us, bytes / us / 1e6, base_us / us, err, err > 1e-2 ? " FAIL" : "");
+      if (g_twenty) std::printf("  x20 %.2f us", us20);
+      std::printf("\n");
     }
   }
 }
 
 // Arguments: shapes to run as "KxN" (none: all four).
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) g_randn_codes |= std::string(argv[i]) == "randn";
+  for (int i = 1; i < argc; ++i) {
+    g_randn_codes |= std::string(argv[i]) == "randn";
+    g_twenty |= std::string(argv[i]) == "x20";
+  }
   cudaDeviceProp prop{};
   CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
@@ -626,7 +638,7 @@ int main(int argc, char** argv) {
     const std::string name = std::to_string(s.k) + "x" + std::to_string(s.n);
     bool named = false, wanted = false;
     for (int i = 1; i < argc; ++i) {
-      if (std::string(argv[i]) == "randn") continue;
+      if (std::string(argv[i]) == "randn" || std::string(argv[i]) == "x20") continue;
       named = true;
       wanted |= name == argv[i];
     }

@@ -1122,6 +1122,17 @@ int main(int argc, char** argv) {
                                              {2304, 2048}, {2048, 2048}, {768, 2048},  {512, 2048}};
 
   if (wanted("rows")) run_layout("rows", true, row_shapes, row_variants, pool, pool_bytes, base);
+  // rows2 (session 7): long rows with few warps per SM (N < 32 x 132 rows at a warp per row),
+  // where ember's rows reach 3.87 TB/s at 14336x3584 (26.5 us, 27 warps per SM, 2 KB in flight
+  // per warp): does L8 (4 KB per warp) help there, and where does it start to hurt?
+  const std::vector<Variant> row2_variants = {
+      {"unpred L4", [](const Problem& p, const bf16* w, cudaStream_t st) { launch_warp_rows(rows_unpred_kernel<4, false>, 1, p, w, st); }},
+      {"unpred L8", [](const Problem& p, const bf16* w, cudaStream_t st) { launch_warp_rows(rows_unpred_kernel<8, false>, 1, p, w, st); }},
+      {"multi R2 L4", [](const Problem& p, const bf16* w, cudaStream_t st) { launch_warp_rows(rows_multi_kernel<2, 4, false>, 2, p, w, st); }},
+  };
+  const std::vector<Shape> row2_shapes = {{14336, 3584}, {14336, 4096}, {9216, 2304}, {7168, 2048}, {4096, 2048},
+                                          {4096, 4096},  {8192, 1024},  {3584, 4096}, {2048, 4096}, {8192, 2048}};
+  if (wanted("rows2")) run_layout("rows2", true, row2_shapes, row2_variants, pool, pool_bytes, base);
   if (wanted("columns")) run_layout("columns", false, column_shapes, column_variants, pool, pool_bytes, base);
   if (wanted("columns2")) run_layout("columns2", false, column2_shapes, column2_variants, pool, pool_bytes, base);
 

@@ -103,7 +103,9 @@
 //      in a 20-launch graph like the decode bench's at 24.9 us on 3584x14336 while the bench gave
 //      ember 26.4-26.8 on the same H200, one graph node per call in both. In ember (session 7,
 //      torch in the same run): NxKx1 3584x14336 26.45 -> 25.17 us (4.08 TB/s), 4096x14336 30.64
-//      -> 30.02, 8192x8192 33.40 (s6) -> 32.43, 2880x5760 10.61 (s6) -> 10.05. (this)
+//      -> 30.02, 8192x8192 33.40 (s6) -> 32.43, 2880x5760 10.61 (s6) -> 10.05. Then 8 loads per
+//      lane for <= 4096 rows (probe "rows2": 14336x3584 26.75 -> 26.11 us, 7168x2048 10.21 -> 9.47).
+//      (this)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -256,10 +258,10 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ w,
 // in the same 20-launch graph on the same H200: 3584x14336 26.4-26.8 vs 24.9 us, 4096x14336 30.6
 // vs 29.6 (bench/gemv_probe.cu "harness", session 7). Under a 32-register cap (launch bounds)
 // the general kernel spilled instead.
-template <class T>
+// L: 16-byte weight loads per lane and batch (the launcher's rule).
+template <class T, int L>
 __global__ void __launch_bounds__(kThreads) row_warp_kernel(const uint4* __restrict__ w, int ldw_vec, const uint4* __restrict__ x,
                                                             const T* __restrict__ bias, T* __restrict__ y, int n_rows, int n_vec) {
-  constexpr int L = 4;  // 16-byte weight loads per lane and batch
   const int lane = threadIdx.x % 32, row = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
   if (row >= n_rows) return;  // the whole warp
   const uint4* wr = w + static_cast<int64_t>(row) * ldw_vec + lane;
@@ -685,9 +687,18 @@ void launch_rows_group(const GemvArgs<T>& g, bool vec, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((g.n + kThreads / GROUP - 1) / (kThreads / GROUP));
   if constexpr (GROUP == 32 && MROWS == 1 && sizeof(T) == 2) {
     if (vec && g.n <= INT_MAX && g.ldw / kVec<T> <= INT_MAX && g.k / kVec<T> <= INT_MAX) {
-      row_warp_kernel<T><<<blocks, kThreads, 0, stream>>>(reinterpret_cast<const uint4*>(g.w), static_cast<int>(g.ldw / kVec<T>),
-                                                          reinterpret_cast<const uint4*>(g.x), g.bias, g.y, static_cast<int>(g.n),
-                                                          static_cast<int>(g.k / kVec<T>));
+      const auto* w = reinterpret_cast<const uint4*>(g.w);
+      const auto* x = reinterpret_cast<const uint4*>(g.x);
+      const int ldw_vec = static_cast<int>(g.ldw / kVec<T>), n = static_cast<int>(g.n), n_vec = static_cast<int>(g.k / kVec<T>);
+      // 8 loads per lane where at most 4096 rows (<= 31 warps per SM on the H200) each hold at
+      // least one whole batch of them: a warp's loads in flight, not the number of warps, bound
+      // those. bench/gemv_probe.cu "rows2" (H200), L4 -> L8: 14336x3584 26.75 -> 26.11 us, 7168x2048
+      // 10.21 -> 9.47, 9216x2304 13.43 -> 12.68, 4096x4096 10.79 -> 10.36, 8192x2048 11.86 ->
+      // 11.16, 3584x4096 the same; with 14336 rows L8 lost (3584x14336 25.36 -> 26.95, "rows").
+      if (g.n <= 4096 && n_vec >= 8 * 32)
+        row_warp_kernel<T, 8><<<blocks, kThreads, 0, stream>>>(w, ldw_vec, x, g.bias, g.y, n, n_vec);
+      else
+        row_warp_kernel<T, 4><<<blocks, kThreads, 0, stream>>>(w, ldw_vec, x, g.bias, g.y, n, n_vec);
       return;
     }
   }
