@@ -103,7 +103,7 @@
 //      in a 20-launch graph like the decode bench's at 24.9 us on 3584x14336 while the bench gave
 //      ember 26.4-26.8 on the same H200, one graph node per call in both. In ember (session 7,
 //      torch in the same run): NxKx1 3584x14336 26.45 -> 25.17 us (4.08 TB/s), 4096x14336 30.64
-//      -> 30.02, 8192x8192 33.40 (s6) -> 32.43, 2880x5760 10.61 (s6) -> 10.05. Then 8 loads per
+//      -> 30.02, 8192x8192 33.40 (s6) -> 32.43, 2880x5760 11.97 (s6) -> 10.05. Then 8 loads per
 //      lane for <= 4096 rows (probe "rows2": 14336x3584 26.75 -> 26.11 us, 7168x2048 10.21 -> 9.47).
 //      (this)
 #include <cooperative_groups.h>
