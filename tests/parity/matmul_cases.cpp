@@ -217,6 +217,16 @@ EMBER_PARITY_CASE_TOL(gemv_columns_batch_mid, 2e-2, 2e-2, {
   return outs;
 });
 
+// The batch kernel's 512-thread tiles on 96-136 MB shapes (sm_90, bf16/f16): bf16 K 3600 x N
+// 14336 (ranges of the cluster ending in a partial batch) without and with bias, f16 K 14336 x N
+// 3592 (a last tile of 8 of 128 columns).
+EMBER_PARITY_CASE_TOL(gemv_columns_batch_large, 2e-2, 2e-2, {
+  const Tensor x = randn_on(d, {1, 3600}, kBFloat16, 160), b = randn_on(d, {3600, 14336}, kBFloat16, 161) * Scalar(0.05);
+  const Tensor x16 = randn_on(d, {1, 14336}, kFloat16, 163), b16 = randn_on(d, {14336, 3592}, kFloat16, 164) * Scalar(0.05);
+  return {matmul(x, b).to(kFloat32), linear(x, b.t(), randn_on(d, {14336}, kBFloat16, 162)).to(kFloat32),
+          matmul(x16, b16).to(kFloat32)};
+});
+
 // The v8 small-N configurations of the batch kernel (sm_90, bf16/f16, N <= 1024): C4 T256 L4 on
 // K 2048 x N 32 (a cluster of 16, ranges of 128 rows: one predicated batch), K 2880 x N 40 with
 // bias (a partial 32-column tile; ranges of 180 rows) and f16 K 8200 x N 1024 (ranges past one
