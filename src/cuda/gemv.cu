@@ -105,8 +105,8 @@
 //      torch in the same run): NxKx1 3584x14336 26.45 -> 25.17 us (4.08 TB/s), 4096x14336 30.64
 //      -> 30.02, 8192x8192 33.40 (s6) -> 32.43, 2880x5760 11.97 (s6) -> 10.05. Then 8 loads per
 //      lane for <= 4096 rows (probe "rows2": 14336x3584 26.75 -> 26.11 us, 7168x2048 10.21 -> 9.47).
-//   v11 columns, 96-136 MB with both sides >= 3584: the batch kernel's 512-thread tiles (probe
-//      "columns5"; launch_columns_batch has the numbers). (this)
+//   v11 columns, 96-136 MB with both sides >= 3584 and K <= 8192: the batch kernel's 512-thread
+//      tiles (probe "columns5"; launch_columns_batch has the numbers). (this)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -870,12 +870,15 @@ template <class T> bool launch_columns_batch(const GemvArgs<T>& g, int device, c
     if (!fast_paths_enabled(device, 90)) return false;
     if (g.n < 256 || (g.n <= 1024 && g.k > 2304)) return launch_batch_config<T, 4, 256, 4>(g, device, stream);
     if (g.n <= 9216 && g.k <= 3584) return launch_batch_config<T, 16, 256, 8>(g, device, stream);
-    // 96-136 MB with both sides >= 3584 (the shapes the probe measured): 512-thread tiles of 128
-    // columns. bench/gemv_probe.cu "columns5" (H200, session 7), us against the split-K/cluster
-    // kernels: 4096x14336 30.93 -> 29.82, 3584x14336 27.24 -> 26.76, 14336x4096 31.26 -> 30.65,
-    // 14336x3584 27.81 -> 27.19, 8192x8192 34.95 -> 34.14.
+    // 96-136 MB, both sides >= 3584, K <= 8192: 512-thread tiles of 128 columns. The probe
+    // (bench/gemv_probe.cu "columns5", H200, session 7), us against the split-K/cluster kernels:
+    // 4096x14336 30.93 -> 29.82, 3584x14336 27.24 -> 26.76, 8192x8192 34.95 -> 34.14, and at K
+    // 14336: 14336x4096 31.26 -> 30.65, 14336x3584 27.81 -> 27.19. In ember (ccd9206, decode
+    // bench, torch in the same run): 4096x14336 30.50 -> 29.35 (4.00 TB/s), 3584x14336 27.06 ->
+    // 26.42, 8192x8192 34.00 -> 33.22, but 14336x4096 30.71 -> 31.90 and 14336x3584 27.36 ->
+    // 27.06, so K 14336 keeps the older kernels.
     const int64_t elements = g.n * g.k;
-    if (g.n >= 3584 && g.k >= 3584 && elements >= (48ll << 20) && elements <= (68ll << 20))
+    if (g.n >= 3584 && g.k >= 3584 && g.k <= 8192 && elements >= (48ll << 20) && elements <= (68ll << 20))
       return launch_batch_config<T, 16, 512, 8>(g, device, stream);
     return false;
   }

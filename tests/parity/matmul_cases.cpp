@@ -218,8 +218,9 @@ EMBER_PARITY_CASE_TOL(gemv_columns_batch_mid, 2e-2, 2e-2, {
 });
 
 // The batch kernel's 512-thread tiles on 96-136 MB shapes (sm_90, bf16/f16): bf16 K 3600 x N
-// 14336 (ranges of the cluster ending in a partial batch) without and with bias, f16 K 14336 x N
-// 3592 (a last tile of 8 of 128 columns).
+// 14336 (ranges of the cluster ending in a partial batch) without and with bias; f16 K 14336 x N
+// 3592 (a last tile of 8 of 128 columns) ran them when this case was written (ccd9206) and runs
+// the split-K/cluster kernels since K 14336 left that rule.
 EMBER_PARITY_CASE_TOL(gemv_columns_batch_large, 2e-2, 2e-2, {
   const Tensor x = randn_on(d, {1, 3600}, kBFloat16, 160), b = randn_on(d, {3600, 14336}, kBFloat16, 161) * Scalar(0.05);
   const Tensor x16 = randn_on(d, {1, 14336}, kFloat16, 163), b16 = randn_on(d, {14336, 3592}, kFloat16, 164) * Scalar(0.05);
