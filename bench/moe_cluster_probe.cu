@@ -24,7 +24,8 @@
 // Measured (H200, 2026-11-30, session 7; every variant matches the reference, err 2.7-2.8e-3):
 // the single kernel LOSES to the three-kernel chain. moe_probe's chain in the same call: bf16
 // 25.6 us, FP8 22.3 us.
-//   v1 (register loads, one step of down rows in flight per warp): bf16 S2 T512 34.2 us, S4 T256
+//   v1 (register loads, one step of down rows in flight per warp; its code is in commit f1728a5,
+//      v2..v4 below share its router and top-k): bf16 S2 T512 34.2 us, S4 T256
 //      43.0; FP8 S4 T256 36.0, S2 T512 47.2 (86 registers: one block per SM, and only 15 clusters
 //      of 8 fit at one block per SM on the H200's GPCs: a second wave).
 //   v2 (down slab by cp.async.bulk into shared memory, one block per SM): 58-79 us, again 15 of 16
@@ -98,16 +99,10 @@ __global__ void fill_scales(float* p, size_t n, uint32_t seed) {
 
 // 16 e4m3 weights (one chunk) dotted with 16 f32 values, added to acc.
 __device__ __forceinline__ float dot16_e4m3(const uint4& w, const float* x, float acc) {
-  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+  float2 f[8];
+  e4m3x16_to_float2(w, f);
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const auto pair = static_cast<__nv_fp8x2_storage_t>(ws[i] >> (16 * half));
-      const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
-      acc = fmaf(f.x, x[4 * i + 2 * half], acc);
-      acc = fmaf(f.y, x[4 * i + 2 * half + 1], acc);
-    }
+  for (int j = 0; j < 8; ++j) acc = fmaf(f[j].y, x[2 * j + 1], fmaf(f[j].x, x[2 * j], acc));
   return acc;
 }
 // 8 bf16 weights dotted with 8 f32 values.
@@ -126,26 +121,6 @@ template <bool FP8> __device__ __forceinline__ float chunk_dot(const uint4& w, c
   else return dot8_f32(w, x, acc);
 }
 
-template <bool FP8, int S, int THREADS> struct Config {
-  static constexpr int kWarps = THREADS / 32;
-  static constexpr int kElems = FP8 ? 16 : 8;                       // weights per 16-byte chunk
-  static constexpr int kSlice = kInter / S;                         // intermediate channels per cluster
-  static constexpr int kChannels = kSlice / kCluster;               // per block
-  static constexpr int kChannelsPerWarp = kChannels / kWarps;
-  static constexpr int kRowChunks = kHidden / kElems;               // chunks of a gate or up row
-  static constexpr int kRowLoads = kRowChunks / 32;                 // per lane and row
-  static constexpr int kOutputs = kHidden / kCluster;               // down outputs per block
-  static constexpr int kOutputsPerWarp = kOutputs / kWarps;
-  static constexpr int kSegChunks = kSlice / kElems;                // chunks of one down row segment
-  static constexpr int kStepRows = 32 / std::gcd(kSegChunks, 32);   // rows per step: a whole number of chunks per lane
-  static constexpr int kStepLoads = kStepRows * kSegChunks / 32;    // per lane and step
-  static constexpr int kSteps = kOutputsPerWarp / kStepRows;
-  static constexpr int kRoutersPerBlock = kExperts / kCluster;
-  static constexpr size_t kWeightBytes = FP8 ? 1 : 2;
-  static_assert(kChannels % kWarps == 0 && kOutputs % kWarps == 0 && kOutputsPerWarp % kStepRows == 0, "even split");
-  static_assert(kRowChunks % 32 == 0, "layout");
-};
-
 struct LayerArgs {
   const uint4* x;         // [H] bf16
   const uint4* router;    // [E, H] bf16
@@ -159,199 +134,6 @@ struct LayerArgs {
   unsigned* tickets;      // [8] zero
   uint16_t* out;          // [H] bf16
 };
-
-template <bool FP8, int S, int THREADS>
-__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(THREADS) cluster_layer_kernel(LayerArgs a) {
-  using C = Config<FP8, S, THREADS>;
-  __shared__ __align__(16) float x[kHidden];
-  __shared__ float logits[C::kRoutersPerBlock];
-  __shared__ __align__(16) float h_own[C::kChannels];
-  __shared__ __align__(16) float h[C::kSlice];
-  __shared__ float out_part[C::kOutputs];
-  __shared__ int chosen[kTopK];
-  __shared__ float chosen_w[kTopK];
-  __shared__ bool last;
-  cg::cluster_group cluster = cg::this_cluster();
-  const int rank = static_cast<int>(cluster.block_rank());
-  const int cluster_id = blockIdx.x / kCluster, pair = cluster_id / S, slice = cluster_id % S;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-
-  // x to shared memory as f32.
-  for (int c = threadIdx.x; c < kHidden / 8; c += THREADS) {
-    const uint4 v = a.x[c];
-    const uint32_t vs[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      x[8 * c + 2 * i] = __uint_as_float(vs[i] << 16);
-      x[8 * c + 2 * i + 1] = __uint_as_float(vs[i] & 0xFFFF0000u);
-    }
-  }
-  // Router rows: warp w loads the rows of experts rank*16 + w, + warps, ... (8 chunks per lane
-  // each) before x is ready.
-  constexpr int kRouterRows = (C::kRoutersPerBlock + C::kWarps - 1) / C::kWarps;
-  uint4 rv[kRouterRows][8];
-#pragma unroll
-  for (int r = 0; r < kRouterRows; ++r) {
-    const int slot = warp + r * C::kWarps;
-    if (slot < C::kRoutersPerBlock) {
-      const int e = rank * C::kRoutersPerBlock + slot;
-#pragma unroll
-      for (int l = 0; l < 8; ++l) rv[r][l] = a.router[e * (kHidden / 8) + lane + 32 * l];
-    }
-  }
-  __syncthreads();
-#pragma unroll
-  for (int r = 0; r < kRouterRows; ++r) {
-    const int slot = warp + r * C::kWarps;
-    if (slot >= C::kRoutersPerBlock) break;
-    float acc = 0.f;
-#pragma unroll
-    for (int l = 0; l < 8; ++l) acc = dot8_f32(rv[r][l], x + 8 * (lane + 32 * l), acc);
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (lane == 0) logits[slot] = acc;
-  }
-  cluster.sync();  // every block's logits are written
-  if (warp == 0) {
-    // Softmax over the 128 logits (4 per lane, from the 8 blocks' shared memory), top 8.
-    float l[kExperts / 32];
-#pragma unroll
-    for (int i = 0; i < kExperts / 32; ++i) {
-      const int e = lane + 32 * i;
-      l[i] = *cluster.map_shared_rank(&logits[e % C::kRoutersPerBlock], e / C::kRoutersPerBlock);
-    }
-    float mx = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < kExperts / 32; ++i) mx = fmaxf(mx, l[i]);
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    float total = 0.f;
-    for (int j = 0; j < kTopK; ++j) {
-      float best = -INFINITY;
-      int best_i = 0;
-#pragma unroll
-      for (int i = 0; i < kExperts / 32; ++i)
-        if (l[i] > best) { best = l[i]; best_i = i; }
-      const unsigned key = __float_as_uint(best) ^ (best < 0.f ? 0xffffffffu : 0x80000000u);
-      const unsigned top = __reduce_max_sync(0xffffffffu, key);
-      const int winner = __ffs(__ballot_sync(0xffffffffu, key == top)) - 1;
-      const int e = __shfl_sync(0xffffffffu, lane + 32 * best_i, winner);
-      const float p = expf(__shfl_sync(0xffffffffu, best, winner) - mx);
-      if (lane == winner) l[best_i] = -INFINITY;
-      if (lane == 0) {
-        chosen[j] = (e + a.salt) % kExperts;
-        chosen_w[j] = p;
-      }
-      total += p;
-    }
-    if (lane < kTopK) chosen_w[lane] /= total;
-  }
-  __syncthreads();
-  const int e = chosen[pair];
-  const float weight = chosen_w[pair];
-
-  // gate_up: warp w takes channels w, w + warps, ... of the block's kChannels.
-  const int ch0 = slice * C::kSlice + rank * C::kChannels;
-  const size_t row_bytes = kHidden * C::kWeightBytes;
-  const uint4* gate_base = a.gate_up + (static_cast<size_t>(e) * 2 * kInter * row_bytes) / 16;
-  for (int cw = 0; cw < C::kChannelsPerWarp; ++cw) {
-    const int ch = warp + cw * C::kWarps;
-    const uint4* g = gate_base + (static_cast<size_t>(ch0 + ch) * row_bytes) / 16;
-    const uint4* u = g + (static_cast<size_t>(kInter) * row_bytes) / 16;
-    uint4 gv[C::kRowLoads], uv[C::kRowLoads];
-#pragma unroll
-    for (int l = 0; l < C::kRowLoads; ++l) {
-      gv[l] = g[lane + 32 * l];
-      uv[l] = u[lane + 32 * l];
-    }
-    float gs = 0.f, us = 0.f;
-#pragma unroll
-    for (int l = 0; l < C::kRowLoads; ++l) {
-      const int c = lane + 32 * l;
-      const float* xc = x + c * C::kElems;
-      if constexpr (FP8) {
-        const int sc = c * C::kElems / kScaleBlock, cols = kHidden / kScaleBlock;
-        const float* gsc = a.gu_scale + (static_cast<size_t>(e) * (2 * kInter / kScaleBlock) + (ch0 + ch) / kScaleBlock) * cols;
-        const float* usc = a.gu_scale + (static_cast<size_t>(e) * (2 * kInter / kScaleBlock) + (kInter + ch0 + ch) / kScaleBlock) * cols;
-        gs = fmaf(chunk_dot<FP8>(gv[l], xc, 0.f), gsc[sc], gs);
-        us = fmaf(chunk_dot<FP8>(uv[l], xc, 0.f), usc[sc], us);
-      } else {
-        gs = chunk_dot<FP8>(gv[l], xc, gs);
-        us = chunk_dot<FP8>(uv[l], xc, us);
-      }
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) {
-      gs += __shfl_xor_sync(0xffffffffu, gs, off);
-      us += __shfl_xor_sync(0xffffffffu, us, off);
-    }
-    if (lane == 0) h_own[ch] = gs / (1.f + expf(-gs)) * us;
-  }
-
-  // down: warp w takes outputs n0 + w * kOutputsPerWarp .., kStepRows rows per step; lane's
-  // chunk q of a step is row q / kSegChunks, chunk q % kSegChunks of the row's slice segment.
-  const int n_block = rank * C::kOutputs, n_warp = n_block + warp * C::kOutputsPerWarp;
-  const size_t seg_bytes_stride = kInter * C::kWeightBytes;  // one down row
-  const uint8_t* down_e = reinterpret_cast<const uint8_t*>(a.down) + static_cast<size_t>(e) * kHidden * seg_bytes_stride +
-                          slice * C::kSlice * C::kWeightBytes;
-  const auto load_step = [&](int step, uint4 (&v)[C::kStepLoads]) {
-#pragma unroll
-    for (int l = 0; l < C::kStepLoads; ++l) {
-      const int q = lane + 32 * l, row = q / C::kSegChunks, c = q % C::kSegChunks;
-      v[l] = *reinterpret_cast<const uint4*>(down_e + static_cast<size_t>(n_warp + step * C::kStepRows + row) * seg_bytes_stride + c * 16);
-    }
-  };
-  uint4 first[C::kStepLoads];
-  load_step(0, first);  // in flight across the cluster barrier that waits for h
-  cluster.sync();       // every block's h_own is written
-  for (int i = threadIdx.x; i < C::kSlice; i += THREADS) h[i] = *cluster.map_shared_rank(&h_own[i % C::kChannels], i / C::kChannels);
-  __syncthreads();
-  for (int step = 0; step < C::kSteps; ++step) {
-    uint4 v[C::kStepLoads];
-    if (step == 0) {
-#pragma unroll
-      for (int l = 0; l < C::kStepLoads; ++l) v[l] = first[l];
-    } else {
-      load_step(step, v);
-    }
-    float acc[C::kStepRows] = {};
-#pragma unroll
-    for (int l = 0; l < C::kStepLoads; ++l) {
-      const int q = lane + 32 * l, row = q / C::kSegChunks, c = q % C::kSegChunks;
-      float d = chunk_dot<FP8>(v[l], h + c * C::kElems, 0.f);
-      if constexpr (FP8) {
-        const int n = n_warp + step * C::kStepRows + row, k = slice * C::kSlice + c * C::kElems;
-        d *= a.d_scale[(static_cast<size_t>(e) * (kHidden / kScaleBlock) + n / kScaleBlock) * (kInter / kScaleBlock) + k / kScaleBlock];
-      }
-#pragma unroll
-      for (int r = 0; r < C::kStepRows; ++r) acc[r] += r == row ? d : 0.f;
-    }
-#pragma unroll
-    for (int r = 0; r < C::kStepRows; ++r) {
-      float v2 = acc[r];
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) v2 += __shfl_xor_sync(0xffffffffu, v2, off);
-      if (lane == 0) out_part[warp * C::kOutputsPerWarp + step * C::kStepRows + r] = v2 * weight;
-    }
-  }
-  __syncthreads();
-  float* my_partial = a.partial + static_cast<size_t>(cluster_id) * kHidden + n_block;
-  for (int i = threadIdx.x; i < C::kOutputs; i += THREADS) my_partial[i] = out_part[i];
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&a.tickets[rank], 1u) == kTopK * S - 1;
-  __syncthreads();
-  if (last) {
-    __threadfence();
-    for (int i = threadIdx.x; i < C::kOutputs; i += THREADS) {
-      float sum = 0.f;
-      for (int p = 0; p < kTopK * S; ++p) sum += __ldcg(a.partial + static_cast<size_t>(p) * kHidden + n_block + i);
-      a.out[n_block + i] = bf16_bits(sum);
-    }
-    if (threadIdx.x == 0) a.tickets[rank] = 0;
-  }
-  cluster.sync();  // no block leaves while another may still read its shared memory
-}
 
 // v2: the same layer with what v1's numbers pointed to. v1's down loop had one step of rows in
 // flight per warp (8 serial memory round trips per warp) and its FP8 scales were dependent loads.
@@ -802,23 +584,6 @@ int main(int argc, char** argv) {
     double ref_max = 0;
     for (double v : ref) ref_max = std::max(ref_max, std::fabs(v));
     const double bytes = kTopK * 3.0 * kInter * kHidden * (fp8 ? 1 : 2) + kExperts * kHidden * 2.0;
-    const auto variant = [&](auto kernel, int s, int threads, const char* name) {
-      const int blocks = kTopK * s * kCluster;
-      cudaLaunchConfig_t config{};
-      config.gridDim = dim3(blocks);
-      config.blockDim = dim3(threads);
-      int clusters = 0;
-      CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
-      LayerArgs args{reinterpret_cast<const uint4*>(x), reinterpret_cast<const uint4*>(router), reinterpret_cast<const uint4*>(gu), gus,
-                     reinterpret_cast<const uint4*>(down), ds, 0, partial, smid, tickets, out};
-      const auto launch = [&](int salt, cudaStream_t stream) {
-        args.salt = salt;
-        kernel<<<blocks, threads, 0, stream>>>(args);
-      };
-      const CheckedTime r = check_and_time([&](int copy, cudaStream_t st) { launch((copy + 1) % kLaunches, st); }, kLaunches, out, kHidden,
-                                           ref, ref_max);
-      std::printf("%-26s %8.2f %7.2f %4d of %2d %8.1e\n", name, r.us, bytes / r.us / 1e6, clusters, blocks / kCluster, r.err);
-    };
     const auto variant2 = [&](auto kernel, int s, int cl, size_t slab, const char* name, int threads = 512) {
       const int blocks = kTopK * s * cl;
       CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(slab)));
@@ -851,12 +616,10 @@ int main(int argc, char** argv) {
                   static_cast<int>(distinct));
     };
     if (fp8) {
-      variant(cluster_layer_kernel<true, 4, 256>, 4, 256, "v1 fp8 S4 T256");
       variant2(cluster_layer_v2<true, 2, 8, 256, false, false, 2, 2, 2>, 2, 8, 0, "fp8 T256 stop topk", 256);
       variant2(cluster_layer_v2<true, 2, 8, 256, false, false, 2, 3, 2>, 2, 8, 0, "fp8 T256 stop gate_up", 256);
       variant2(cluster_layer_v2<true, 2, 8, 256, false, false, 2, 0, 2>, 2, 8, 0, "v4 fp8 T256 no pf", 256);
     } else {
-      variant(cluster_layer_kernel<false, 2, 512>, 2, 512, "v1 bf16 S2 T512");
       variant2(cluster_layer_v2<false, 2, 8, 256, false, false, 2, 2, 2>, 2, 8, 0, "bf16 T256 stop topk", 256);
       variant2(cluster_layer_v2<false, 2, 8, 256, false, false, 2, 3, 2>, 2, 8, 0, "bf16 T256 stop gate_up", 256);
       variant2(cluster_layer_v2<false, 2, 8, 256, false, false, 2, 0, 2>, 2, 8, 0, "v4 bf16 T256 no pf", 256);

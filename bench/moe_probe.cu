@@ -265,17 +265,14 @@ constexpr int kScaleBlock = 128;  // [E, 2I / 128, H / 128] for gate_up, [E, H /
 
 // 16 e4m3 weights (one chunk) dotted with 16 bf16 values (two chunks), added to acc.
 __device__ __forceinline__ float dot16_e4m3(const uint4& w, const uint4& x0, const uint4& x1, float acc) {
-  const uint32_t ws[4] = {w.x, w.y, w.z, w.w}, xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+  const uint32_t xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+  float2 f[8];
+  e4m3x16_to_float2(w, f);
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const auto pair = static_cast<__nv_fp8x2_storage_t>(ws[i] >> (16 * half));
-      const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
-      const uint32_t xw = xs[2 * i + half];
-      acc = fmaf(f.x, __uint_as_float(xw << 16), acc);
-      acc = fmaf(f.y, __uint_as_float(xw & 0xFFFF0000u), acc);
-    }
+  for (int j = 0; j < 8; ++j) {
+    acc = fmaf(f[j].x, __uint_as_float(xs[j] << 16), acc);
+    acc = fmaf(f[j].y, __uint_as_float(xs[j] & 0xFFFF0000u), acc);
+  }
   return acc;
 }
 

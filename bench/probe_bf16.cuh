@@ -1,8 +1,12 @@
 // The bf16 arithmetic shared by the standalone probes (bench/moe_probe.cu, bench/gemv_probe.cu,
-// bench/fp8_gemv_probe.cu): one 16-byte chunk (8 bf16) of weights dotted with one of x, unpacked
-// by shifts (the same arithmetic as __bfloat162float), added to acc; and the check of a probe's
-// bf16 output against its float64 reference.
+// bench/fp8_gemv_probe.cu, bench/moe_cluster_probe.cu): one 16-byte chunk (8 bf16) of weights
+// dotted with one of x, unpacked by shifts (the same arithmetic as __bfloat162float), added to
+// acc; e4m3 chunks as floats; and the check of a probe's bf16 output against its float64
+// reference.
 #pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cmath>
@@ -20,6 +24,17 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x, float acc)
     acc = fmaf(__uint_as_float(ws[i] & 0xFFFF0000u), __uint_as_float(xs[i] & 0xFFFF0000u), acc);
   }
   return acc;
+}
+
+// The 16 e4m3 values of a 16-byte chunk as 8 float pairs (pair j: bytes 2j and 2j + 1), for the
+// MoE probes' FP8 experts.
+__device__ __forceinline__ void e4m3x16_to_float2(const uint4& w, float2 (&f)[8]) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const auto pair = static_cast<__nv_fp8x2_storage_t>(ws[j / 2] >> (16 * (j % 2)));
+    f[j] = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
+  }
 }
 
 // max |y - ref| / ref_max over n bf16 outputs given as raw bits; a NaN output counts as infinite.
