@@ -253,12 +253,9 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ w,
 }
 
 // One input row, 16-byte rows, a warp per output row: rows_kernel<T, 32, true, 1> reduced to what
-// that case needs (32-bit offsets inside a row, no x-row array, no group reduction), as the
-// probe's "unpred L4" (bench/gemv_probe.cu). The general kernel took 48 registers here (5 blocks
-// per SM) and ran the large shapes ~1.5 us slower than the probe's 32 registers (8 blocks per SM)
-// in the same 20-launch graph on the same H200: 3584x14336 26.4-26.8 vs 24.9 us, 4096x14336 30.6
-// vs 29.6 (bench/gemv_probe.cu "harness", session 7). Under a 32-register cap (launch bounds)
-// the general kernel spilled instead.
+// that case needs (32-bit offsets inside a row, raw bits instead of Vec<T>, no x-row array, no
+// group reduction), as the probe's "unpred L4". It runs in 32 registers where the general kernel
+// took 48, and the general kernel spilled under a 32-register cap (v10 above has the numbers).
 // L: 16-byte weight loads per lane and batch (the launcher's rule).
 template <class T, int L>
 __global__ void __launch_bounds__(kThreads) row_warp_kernel(const uint4* __restrict__ w, int ldw_vec, const uint4* __restrict__ x,
