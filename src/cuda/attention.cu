@@ -37,6 +37,7 @@
 #include "backend.h"
 #include "cuda/allocator.h"
 #include "cuda/dispatch.cuh"
+#include "cuda/mma.cuh"
 #include "cuda/runtime.h"
 
 namespace ember::cuda {
@@ -421,18 +422,6 @@ template <class T, class Acc> __global__ void __launch_bounds__(kCombineThreads)
 // ldmatrix.trans of the row-major V tile. Head dims are padded to 16 with zeros in shared memory.
 constexpr int kMmaRows = 64, kMmaKeys = 64, kMmaThreads = 128;
 
-template <class T> __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
 /// Two consecutive elements (the lower index in the low half) as one 32-bit register.
 template <class T> __device__ __forceinline__ uint32_t load_pair(const T* p) { return *reinterpret_cast<const uint32_t*>(p); }
 template <class T> __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
@@ -515,7 +504,7 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(const Attent
 #pragma unroll
         for (int n = 0; n < 8; ++n) {
           const T* kb = Ks + (n * 8 + g) * DP + ks * 16 + 2 * t;
-          mma_16816<T>(s[n], a, load_pair(kb), load_pair(kb + 8));
+          mma16816<T>(s[n], a, load_pair(kb), load_pair(kb + 8));
         }
       }
     }
@@ -569,8 +558,8 @@ __global__ void __launch_bounds__(kMmaThreads) attention_mma_kernel(const Attent
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                          : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
                          : "r"(addr));
-            mma_16816<T>(o[n], a, b0, b1);
-            mma_16816<T>(o[n + 1], a, b2, b3);
+            mma16816<T>(o[n], a, b0, b1);
+            mma16816<T>(o[n + 1], a, b2, b3);
           }
         }
       }

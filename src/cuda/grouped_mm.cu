@@ -49,6 +49,7 @@
 
 #include "backend.h"
 #include "cuda/grouped_mm.h"
+#include "cuda/mma.cuh"
 #include "cuda/moe_elements.cuh"
 #include "cuda/runtime.h"
 
@@ -397,32 +398,6 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) 
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address));
-}
-
-// c += a (16x16, row-major) @ b (16x8, column-major), f32 accumulation.
-template <class T> __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __half>) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// Two e4m3 codes (low byte first) as two T values packed in 32 bits: exact (e4m3 fits f16 and bf16).
-template <class T> __device__ __forceinline__ uint32_t decode_fp8x2(uint32_t pair) {
-  const __half2 h(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xFFFFu), __NV_E4M3));
-  uint32_t bits;
-  if constexpr (std::is_same_v<T, __half>) {
-    memcpy(&bits, &h, 4);
-  } else {
-    const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(h));
-    memcpy(&bits, &b, 4);
-  }
-  return bits;
 }
 
 // Writes out[row, col] (and out[row, col + 1] when `second`) as the output type; `pair`: the two

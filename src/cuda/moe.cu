@@ -15,9 +15,13 @@
 //                       outputs of token t, one warp per pair streams those two rows of its expert
 //                       against the pair's row of h, and the block adds the weighted sums and
 //                       writes them directly: the combine costs nothing.
+//   gate_up_mma_kernel / down_mma_kernel   the same two steps on tensor cores (mma.sync): gate_up
+//                       for 16-bit and FP8 weights, down for FP8 weights, where the rows are whole
+//                       64-byte steps (the FFMA kernels above take the rest: f32, odd sizes).
 //   router_decode_kernel   the decode router: one warp per expert computes the logits, the
 //                       last block to finish routes every token (route_token, as route_kernel).
-// A decode layer is 3 kernels: router_decode, gate_up, down.
+// A decode layer is 3 kernels: router_decode, gate_up, down, each a programmatic dependent launch
+// of the kernel before it (sm_90).
 // Versions, H200, Qwen3-30B-A3B layer at T=1 bf16 (ncu durations, normal clocks):
 //   v1: router product 6.6 us, route (32 candidates per lane for any E) 20.5 us, gate_up
 //       18.7 us (58% of HBM bandwidth), down 19.2 us (27%, a 64-bit division per load): layer
@@ -58,7 +62,24 @@
 //       (branch moe-gate-up-loads) and FP8 gate_up at 4 blocks per SM. Qwen3-30B-A3B (H200,
 //       torch in the same run): T=1 bf16 37.1 -> 28.5 us, FP8 30.4 -> 22.8; T=8 202 -> 150 /
 //       168 -> 117; T=16 368 -> 270 / 323 -> 224. ncu at T=1 FP8: gate_up 13.4 us (DRAM 39%),
-//       down 9.8 us (27%): both still far from HBM speed. (this)
+//       down 9.8 us (27%): both still far from HBM speed.
+//   v6 (session 8; Qwen3-30B-A3B, H200, torch in the same run): gate_up on tensor cores for
+//       16-bit and FP8 weights, down on tensor cores for FP8 (gate_up_mma_kernel, down_mma_kernel),
+//       and the router launched as a dependent of the kernel before it (it requests its weight rows
+//       into L2 before the wait). T=1 bf16 28.6 -> 27.1 us, FP8 22.8 -> 19.4; T=8 bf16 151 -> 146,
+//       FP8 117 -> 103 (2.51x torch); all 36 layer cases (T 1..64) faster than torch, geomean
+//       2.54x -> 2.64x. One build, each part switched off in turn (same call): the router launch
+//       0.5-0.9 us at T = 1; for bf16 weights the FFMA down beat down_mma (T=1 26.7 vs 28.6 us,
+//       T=8 146 vs 152) so 16-bit down stays on down_decode_kernel; for FP8 down_mma won (T=1 19.2
+//       vs 20.3, T=8 104 vs 108) and gate_up_mma won over gate_up_decode (FP8 T=1 19.2 vs 21.2,
+//       T=8 104 vs 112; bf16 with the FFMA down T=1 26.7 vs 27.6, T=8 146 vs 150).
+//       ncu (FP8, T=1): gate_up_mma 11.6-12.7 us (DRAM 42-46%), down_mma 9.5-10.2 us (26%): still
+//       far from HBM speed. (this)
+//   Rejected in session 8 (measured in the same builds, code not kept):
+//   - gate_up's blocks requesting the down rows into L2 (prefetch.global.L2::evict_last, their
+//     share of the pair's rows) so down would read from L2: T=1 bf16 +4.7 us, FP8 +2.4 us.
+//   - down's grid token-major (blocks of one output group for all tokens together): T=8 bf16
+//     146 -> 159 us, FP8 unchanged; T=16 within 2%.
 //   Rejected, measured at 11ca45d (code on branch moe-dedup-decode and in that commit):
 //   - v4, T > 1 reading each distinct expert once (the router's last block grouped the pairs by
 //     expert; gate_up kept 4 or 8 pairs' sums per channel in registers, down walked the distinct
@@ -81,6 +102,7 @@
 
 #include "backend.h"
 #include "cuda/grouped_mm.h"
+#include "cuda/mma.cuh"
 #include "cuda/moe_elements.cuh"
 #include "cuda/runtime.h"
 
@@ -271,9 +293,18 @@ template <int EPL, class X>
 __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteArgs a, const X* __restrict__ router, int64_t r_es,
                                                                          float* __restrict__ logits, unsigned* __restrict__ ticket,
                                                                          int32_t* __restrict__ order) {
-  dependents_may_launch();  // gate_up's blocks may start (and wait) while this runs
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t e = static_cast<int64_t>(blockIdx.x) * kRouterWarps + warp;
+  // Launched as a programmatic dependent of the kernel before (which may write x, and may still
+  // read buffers this launch writes): before the wait this warp only requests its router row into
+  // L2, so the row's HBM round trip overlaps that kernel's tail.
+  if (e < a.experts)
+    for (int64_t line = lane * 128; line < a.hidden * static_cast<int64_t>(sizeof(X)); line += 32 * 128)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(router + e * r_es) + line));
+  wait_for_previous_kernel();
+  // gate_up's blocks may start (and wait) while this runs: x is final now (gate_up stages it
+  // before its own wait at T = 1).
+  dependents_may_launch();
   const X* x = static_cast<const X*>(a.x);
   if (e < a.experts) {
     const X* w = router + e * r_es;
@@ -616,6 +647,201 @@ __global__ void __launch_bounds__(kDecodeThreads, kGateUpBlocksPerSm<WT>) gate_u
   }
 }
 
+// gate_up on tensor cores (v6), for 16-bit and FP8 weights whose rows are whole 64-byte steps.
+// mma.sync m16n8k16 with f32 accumulation: A = 16 weight rows, the gate rows of 8 consecutive
+// channels (rows 0-7) and their up rows (8-15); B = the token's x in all 8 columns, so every
+// column of D holds the same 16 dot products and thread (g = lane / 4, q = lane % 4) ends with the
+// gate (c[0]) and up (c[2]) sums of channel g. Thread (g, q) loads 16-byte chunk q of each 64-byte
+// step of channel g's two rows and supplies the x elements of the same k as B: the k order inside
+// one mma is then the thread's own byte order, the same in A and B, and no shuffles are needed.
+// The block's kMmaWarps warps split the steps; their sums meet in shared memory.
+// Why: the FFMA kernel above spends ~3 instructions per FP8 weight (convert to f16, widen to f32,
+// FMA) and ~2.5 per bf16 weight; here 16 conversions + 4 HMMA per 32 FP8 weights, and 16-bit
+// weights enter the mma as loaded. FP8: the 768 blocks of Qwen3-30B's T = 1 grid (128 threads,
+// <= 64 registers) are one wave, where the FFMA kernel (4 blocks of 256 per SM) took 1.45.
+// Numerics: FP8 weights convert exactly to f16 (cvt e4m3x2 -> f16x2). x is staged as f16, each
+// 128 elements divided by the power of two that brings their largest |x| into [1, 2) (kept as an
+// f32 scale), so no bf16 x overflows f16 and the products keep x's leading bits exactly; each
+// step's f32 sums are multiplied by x's scale and the weights' 128x128 block scale. 16-bit
+// weights: x as staged in its own type, products exact in the f32 accumulators.
+constexpr int kMmaWarps = 4;       // warps per block, each a range of the row's 64-byte steps
+constexpr int kMmaThreads = kMmaWarps * 32;
+constexpr int kMmaSteps = 4;       // steps per row per batch of loads: 2 x 4 16-byte loads in flight per lane
+constexpr int kMmaChannels = 8;    // channels per block (gate and up rows: the 16 rows of A)
+constexpr int kMmaStepBytes = 64;  // a row's bytes per step: 16 per thread q
+
+/// The mma kernel takes weights of a 16-bit type equal to x's, or FP8, whose rows are whole steps
+/// (the shared expert, in x's type, then too: its rows hold twice the bytes).
+template <class T, class WT> constexpr bool kGateUpOnTensorCores = (sizeof(T) == 2) && (std::is_same_v<WT, T> || std::is_same_v<WT, E4m3>);
+
+// x (n elements of T) -> f16 in xs, each 128 elements divided by a power of two 2^e with their
+// largest |x| in [1, 2) (e clamped to [-126, 126]: normal f32 scales), scale[b] = 2^e. n % 64 == 0.
+// Eight threads per 128 elements, 16 each; every thread of the block takes part in the shuffles.
+template <class T> __device__ void stage_x_f16(const T* x, __half* xs, float* scale, int n) {
+  const int rounds = (n + blockDim.x * 16 - 1) / (blockDim.x * 16);
+  for (int r = 0; r < rounds; ++r) {
+    const int i0 = (r * blockDim.x + threadIdx.x) * 16;
+    const bool in = i0 < n;
+    float lo[8], hi[8];
+    gmm::unpack8(in ? gmm::load_raw8(x + i0) : gmm::Raw8<T>{}, lo);
+    gmm::unpack8(in ? gmm::load_raw8(x + i0 + 8) : gmm::Raw8<T>{}, hi);
+    float m = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) m = fmaxf(m, fmaxf(fabsf(lo[j]), fabsf(hi[j])));
+#pragma unroll
+    for (int off = 1; off < 8; off *= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    const int e = m > 0.f ? min(126, max(-126, static_cast<int>((__float_as_uint(m) >> 23) & 0xff) - 127)) : 0;
+    const float down = __uint_as_float(static_cast<uint32_t>(127 - e) << 23);
+    if (!in) continue;
+    uint32_t packed[8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const __half2 l = __floats2half2_rn(lo[2 * j] * down, lo[2 * j + 1] * down), h = __floats2half2_rn(hi[2 * j] * down, hi[2 * j + 1] * down);
+      memcpy(&packed[j], &l, 4);
+      memcpy(&packed[4 + j], &h, 4);
+    }
+    reinterpret_cast<uint4*>(xs + i0)[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    reinterpret_cast<uint4*>(xs + i0)[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+    if (threadIdx.x % 8 == 0) scale[i0 / 128] = __uint_as_float(static_cast<uint32_t>(127 + e) << 23);
+  }
+}
+
+// This warp's part of channel g's gate and up dot products (thread (g, q) of the mma layout):
+// steps [s_begin, s_end) of the rows g_row and u_row (16-byte aligned, `steps` whole 64-byte
+// steps), against x staged in shared memory (xs: f16 for FP8 weights with x_scale per 128
+// elements, else x's own type). g_scales / u_scales: the rows' 128x128 block scales (FP8, else
+// null), one per 128 elements, g_step / u_step apart.
+template <class WT, class AB>
+__device__ __forceinline__ void gate_up_mma_steps(const AB* xs, const float* x_scale, const WT* g_row, const WT* u_row, int s_begin,
+                                                  int s_end, const float* g_scales, int g_step, const float* u_scales,
+                                                  int u_step, float& gate, float& up) {
+  constexpr bool kFp8 = std::is_same_v<WT, E4m3>;
+  const int q = threadIdx.x % 4;
+  const uint4* gp = reinterpret_cast<const uint4*>(g_row) + q;  // chunk q of step 0; step s 4 chunks on
+  const uint4* up_p = reinterpret_cast<const uint4*>(u_row) + q;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};  // 16-bit weights: the whole range; FP8: one step
+  const auto add_step = [&](const uint4& wg, const uint4& wu, int s) {
+    const uint32_t gw[4] = {wg.x, wg.y, wg.z, wg.w}, uw[4] = {wu.x, wu.y, wu.z, wu.w};
+    if constexpr (kFp8) {
+      // 16 FP8 weights per row and thread: k = 64 s + 16 q + 4 j + (0..3) for word j.
+      const uint4* xv = reinterpret_cast<const uint4*>(xs + s * 64 + q * 16);
+      const uint4 x0 = xv[0], x1 = xv[1];
+      const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t a[4] = {decode_fp8x2<__half>(gw[j]), decode_fp8x2<__half>(uw[j]), decode_fp8x2<__half>(gw[j] >> 16),
+                               decode_fp8x2<__half>(uw[j] >> 16)};
+        mma16816<__half>(acc, a, xw[2 * j], xw[2 * j + 1]);
+      }
+      const int block = s / 2;  // 128 elements = 2 steps
+      const float xsc = x_scale[block];
+      gate = fmaf(acc[0], g_scales ? xsc * g_scales[block * g_step] : xsc, gate);
+      up = fmaf(acc[2], u_scales ? xsc * u_scales[block * u_step] : xsc, up);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[i] = 0.f;
+    } else {
+      // 8 weights per row and thread: k = 32 s + 8 q + 2 j + (0..1) for word j; two mmas.
+      const uint4 xv = *reinterpret_cast<const uint4*>(xs + s * 32 + q * 8);
+      const uint32_t a0[4] = {gw[0], uw[0], gw[1], uw[1]}, a1[4] = {gw[2], uw[2], gw[3], uw[3]};
+      mma16816<AB>(acc, a0, xv.x, xv.y);
+      mma16816<AB>(acc, a1, xv.z, xv.w);
+    }
+  };
+  int s = s_begin;
+  // Whole batches: every load of a batch issued before the first is used.
+  for (; s + kMmaSteps <= s_end; s += kMmaSteps) {
+    uint4 wg[kMmaSteps], wu[kMmaSteps];
+#pragma unroll
+    for (int l = 0; l < kMmaSteps; ++l) {
+      wg[l] = gp[4 * (s + l)];
+      wu[l] = up_p[4 * (s + l)];
+    }
+#pragma unroll
+    for (int l = 0; l < kMmaSteps; ++l) add_step(wg[l], wu[l], s + l);
+  }
+  for (; s < s_end; ++s) add_step(gp[4 * s], up_p[4 * s], s);
+  if constexpr (!kFp8) {
+    gate = acc[0];
+    up = acc[2];
+  }
+}
+
+// Block (c, slot): channels 8c .. 8c + 7 of pair slot (or of the shared expert of token slot -
+// pairs), as gate_up_decode_kernel's blocks, on tensor cores (kGateUpOnTensorCores<T, WT>).
+template <class T, class WT>
+__global__ void __launch_bounds__(kMmaThreads, 6) gate_up_mma_kernel(DecodeArgs a) {
+  constexpr bool kFp8 = std::is_same_v<WT, E4m3>;
+  extern __shared__ __align__(16) unsigned char decode_smem[];
+  __shared__ float partial[kMmaWarps][kMmaChannels][2];
+  const int hidden = static_cast<int>(a.hidden);
+  // x as the mma's B operand: f16 scaled per 128 elements (x_scale) for FP8 weights, else as is.
+  T* x_raw = reinterpret_cast<T*>(decode_smem);
+  __half* x_f16 = reinterpret_cast<__half*>(decode_smem);
+  float* x_scale = reinterpret_cast<float*>(decode_smem + static_cast<size_t>(hidden) * 2);
+  const int64_t pairs = a.tokens * a.k;
+  int64_t slot = blockIdx.y;
+  const bool shared_slot = slot >= pairs;  // the shared expert: weights of x's type
+  const auto stage_x = [&] {
+    const T* row = static_cast<const T*>(a.x) + (shared_slot ? slot - pairs : slot / a.k) * a.x_ts;
+    if (kFp8 && !shared_slot) stage_x_f16(row, x_f16, x_scale, hidden);
+    else stage_row(row, x_raw, a.hidden);
+  };
+  // As gate_up_decode_kernel: x is staged before the wait at T = 1 (it is the router's input),
+  // after it when the pair blocks run in the router's expert order.
+  if (!a.order) stage_x();
+  wait_for_previous_kernel();
+  dependents_may_launch();
+  if (a.order) {
+    if (!shared_slot) slot = a.order[slot];
+    stage_x();
+  }
+  __syncthreads();
+  const int64_t channels = shared_slot ? a.s_inter : a.inter, c0 = static_cast<int64_t>(blockIdx.x) * kMmaChannels;
+  if (c0 >= channels) return;  // the whole block: grid x covers the larger of inter and s_inter
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4;
+  const int64_t i = min(c0 + g, channels - 1);  // rows past the last channel repeat it, unwritten
+  float gate = 0.f, up = 0.f;
+  if (!shared_slot) {
+    const int64_t e = a.ids[slot];
+    const WT* g_row = static_cast<const WT*>(a.gate) + e * a.gu_es + i * a.gate_rs;
+    const WT* u_row = static_cast<const WT*>(a.up) + e * a.gu_es + i * a.up_rs;
+    const int steps = hidden * static_cast<int>(sizeof(WT)) / kMmaStepBytes, per = (steps + kMmaWarps - 1) / kMmaWarps;
+    const int s_begin = min(steps, warp * per), s_end = min(steps, s_begin + per);
+    const WeightScale &gs = a.gate_scale, &us = a.up_scale;
+    const bool blocks = kFp8 && gs.kind == WeightScale::Block128;
+    const float* g_scales = blocks ? gs.ptr + gmm::block_scale_offset(e, i, 0, gs.s0, gs.s1, gs.s2) : nullptr;
+    const float* u_scales = blocks ? us.ptr + gmm::block_scale_offset(e, i, 0, us.s0, us.s1, us.s2) : nullptr;
+    if constexpr (kFp8)  // scale steps: a row's 128-element blocks, fewer than 2^31 apart
+      gate_up_mma_steps<WT, __half>(x_f16, x_scale, g_row, u_row, s_begin, s_end, g_scales, static_cast<int>(gs.s2), u_scales,
+                                    static_cast<int>(us.s2), gate, up);
+    else gate_up_mma_steps<WT, T>(x_raw, nullptr, g_row, u_row, s_begin, s_end, nullptr, 0, nullptr, 0, gate, up);
+    if (lane % 4 == 0) {
+      partial[warp][g][0] = gate * column_scale(gs, e, i);
+      partial[warp][g][1] = up * column_scale(us, e, i);
+    }
+  } else {
+    const T* g_row = static_cast<const T*>(a.s_gate) + i * a.s_rs;
+    const T* u_row = static_cast<const T*>(a.s_up) + i * a.s_rs;
+    const int steps = hidden * static_cast<int>(sizeof(T)) / kMmaStepBytes, per = (steps + kMmaWarps - 1) / kMmaWarps;
+    const int s_begin = min(steps, warp * per), s_end = min(steps, s_begin + per);
+    gate_up_mma_steps<T, T>(x_raw, nullptr, g_row, u_row, s_begin, s_end, nullptr, 0, nullptr, 0, gate, up);
+    if (lane % 4 == 0) {
+      partial[warp][g][0] = gate;
+      partial[warp][g][1] = up;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < kMmaChannels && c0 + threadIdx.x < channels) {
+    float gs = 0.f, us = 0.f;
+#pragma unroll
+    for (int w = 0; w < kMmaWarps; ++w) {
+      gs += partial[w][threadIdx.x][0];
+      us += partial[w][threadIdx.x][1];
+    }
+    static_cast<T*>(a.h)[slot * a.h_rs + c0 + threadIdx.x] = from_f<T>(silu_f(gs) * us);
+  }
+}
+
 // Down: block (g, t) computes outputs n0 = g * O .. n0 + O - 1 of token t. Warp w takes the
 // token's pairs w, w + warps, ... (the shared expert is pair k); for each it streams the O down
 // rows (consecutive in memory) and dots them with the pair's row of h. A lane issues all O * L
@@ -681,6 +907,7 @@ __device__ __forceinline__ void down_rows(const WT* w, int64_t rows_rs, int vali
 
 template <class T, class WT>
 __global__ void __launch_bounds__(kDownMaxWarps * 32, 2) down_decode_kernel(DecodeArgs a) {
+  dependents_may_launch();  // the next layer's router may start: it waits before touching memory
   constexpr int O = kDownOutputs;
   __shared__ float partial[kDownMaxWarps][O];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -718,6 +945,181 @@ __global__ void __launch_bounds__(kDownMaxWarps * 32, 2) down_decode_kernel(Deco
   if (threadIdx.x < valid) {
     float sum = 0.f;
     for (int w = 0; w < warps; ++w) sum += partial[w][threadIdx.x];
+    static_cast<T*>(a.out)[t * a.o_ts + n0 + threadIdx.x] = from_f<T>(sum);
+  }
+}
+
+// Down on tensor cores (v6), for 16-bit and FP8 weights whose rows (inter, and the shared
+// expert's s_inter) are whole 64-byte steps. Block (o, t): outputs n0 = 4o .. 4o + 3 of token t;
+// its kDownMmaWarps warps split the rows' steps. The token's pairs are an mma's columns, 8 at a
+// time: A's row g is down row n0 (second mma: n0 + 2) of pair g's expert and row g + 8 its row
+// n0 + 1 (n0 + 3); B's column g is pair g's row of h, shared by both mmas. The wanted products
+// are D's diagonal, D[g][g] and D[g + 8][g], which thread (g, q = g / 2) holds as c[g % 2] and
+// c[2 + g % 2]; the other 56 of each row are discarded (the tensor cores have time to spare).
+// Thread (g, q) loads chunk q of each step of pair g's four rows and the h elements of the same
+// k: the k order inside an mma is the thread's own in A and B. The shared expert is a group of its
+// own (rows of s_inter elements of x's type, column 0). Lanes of pairs past k repeat pair 0's
+// addresses (merged into the same loads) with weight 0.
+// Why: down_decode_kernel holds 6 rows of 8 FFMA operands per lane under 64 registers, 1024
+// blocks for Qwen3-30B at T = 1 (1.94 waves at 4 blocks per SM); here 512 blocks of 128 threads at
+// 4 per SM are one wave with 12 16-byte weight loads in flight per lane (~95 KB per SM: all of
+// the FP8 layer's down bytes), issued before the wait for gate_up as in down_decode_kernel.
+// FP8 weights convert exactly to h's type (e4m3x2 -> f16x2, then to bf16 for bf16 h), so h enters
+// the mma as gate_up wrote it: no scaling and no range limit.
+constexpr int kDownMmaWarps = 4;
+constexpr int kDownMmaThreads = kDownMmaWarps * 32;
+constexpr int kDownMmaOutputs = 4;  // outputs per block: rows n0 .. n0 + 3, two per mma
+// 64-byte steps per row per batch of loads: FP8 3 (12 weight and 6 h loads of 16 bytes per lane,
+// 126 registers), 16-bit 2 (3 spilled at 128 registers).
+template <class WT> constexpr int kDownMmaSteps = sizeof(WT) == 1 ? 3 : 2;
+
+/// The mma down takes FP8 weights (with x's 16-bit type): for 16-bit weights down_decode_kernel
+/// was faster (Qwen3-30B bf16, H200, same call: T = 1 26.7 vs 28.6 us, T = 8 146 vs 152 us), for
+/// FP8 slower (T = 1 20.3 vs 19.2 us, T = 8 108 vs 104 us).
+template <class T, class WT> constexpr bool kDownOnTensorCores = sizeof(T) == 2 && std::is_same_v<WT, E4m3>;
+
+// This warp's steps [s_begin, s_end) of rows n0 .. n0 + 3 (`first` is row n0, rows `rs` apart,
+// 16-byte aligned; rows past `last` repeat it) against h_row, as
+// the mma layout above, into run[0] (rows 0, 1) and run[1] (rows 2, 3). FP8 weights are converted
+// to AB, h's type; each step's sums are multiplied by the rows' 128x128 block scale when
+// `block_scales` is given (one per 128 elements, scale_step apart). When `wait`, the previous
+// kernel (h's writer) is waited for after the first batch of weight loads is issued.
+template <class WT, class AB>
+__device__ __forceinline__ void down_mma_steps(const WT* first, int64_t rs, int last, const AB* h_row, int s_begin, int s_end,
+                                               const float* block_scales, int64_t scale_step, bool wait, float (&run)[2][4]) {
+  constexpr bool kFp8 = std::is_same_v<WT, E4m3>;
+  constexpr int kHChunks = kFp8 ? 2 : 1;  // 16-byte chunks of h per step and thread
+  const int q = threadIdx.x % 4;
+  const uint4* rp[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) rp[r] = reinterpret_cast<const uint4*>(first + min(r, last) * rs) + q;
+  const uint4* hp = reinterpret_cast<const uint4*>(h_row) + q * kHChunks;
+  const auto add_step = [&](const uint4 (&w)[4], const uint4 (&hv)[kHChunks], int s) {
+    uint32_t hw[4 * kHChunks];
+#pragma unroll
+    for (int c = 0; c < kHChunks; ++c) {
+      hw[4 * c] = hv[c].x, hw[4 * c + 1] = hv[c].y, hw[4 * c + 2] = hv[c].z, hw[4 * c + 3] = hv[c].w;
+    }
+    if constexpr (kFp8) {
+      // 16 weights per row and thread: k = 64 s + 16 q + 4 j + (0..3) for word j.
+      float c[2][4] = {};
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        const uint32_t top[4] = {w[2 * m].x, w[2 * m].y, w[2 * m].z, w[2 * m].w};  // rows g (n0 + 2m) and g + 8 (n0 + 2m + 1)
+        const uint32_t bottom[4] = {w[2 * m + 1].x, w[2 * m + 1].y, w[2 * m + 1].z, w[2 * m + 1].w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t a[4] = {decode_fp8x2<AB>(top[j]), decode_fp8x2<AB>(bottom[j]), decode_fp8x2<AB>(top[j] >> 16),
+                                 decode_fp8x2<AB>(bottom[j] >> 16)};
+          mma16816<AB>(c[m], a, hw[2 * j], hw[2 * j + 1]);
+        }
+      }
+      const float scale = block_scales ? block_scales[(s / 2) * scale_step] : 1.f;  // 128 elements = 2 steps
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) run[m][i] = fmaf(c[m][i], scale, run[m][i]);
+    } else {
+      // 8 weights per row and thread: k = 32 s + 8 q + 2 j + (0..1) for word j; two mmas per row pair.
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        const uint32_t top[4] = {w[2 * m].x, w[2 * m].y, w[2 * m].z, w[2 * m].w};
+        const uint32_t bottom[4] = {w[2 * m + 1].x, w[2 * m + 1].y, w[2 * m + 1].z, w[2 * m + 1].w};
+        const uint32_t a0[4] = {top[0], bottom[0], top[1], bottom[1]}, a1[4] = {top[2], bottom[2], top[3], bottom[3]};
+        mma16816<AB>(run[m], a0, hw[0], hw[1]);
+        mma16816<AB>(run[m], a1, hw[2], hw[3]);
+      }
+    }
+  };
+  constexpr int L = kDownMmaSteps<WT>;
+  int s = s_begin;
+  for (; s + L <= s_end; s += L) {
+    uint4 w[L][4], hv[L][kHChunks];
+#pragma unroll
+    for (int l = 0; l < L; ++l)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) w[l][r] = rp[r][4 * (s + l)];
+    if (wait) {
+      wait_for_previous_kernel();
+      wait = false;
+    }
+#pragma unroll
+    for (int l = 0; l < L; ++l)
+#pragma unroll
+      for (int c = 0; c < kHChunks; ++c) hv[l][c] = __ldcg(hp + 4 * kHChunks * (s + l) + c);
+#pragma unroll
+    for (int l = 0; l < L; ++l) add_step(w[l], hv[l], s + l);
+  }
+  if (wait) wait_for_previous_kernel();
+  for (; s < s_end; ++s) {
+    uint4 w[4], hv[kHChunks];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) w[r] = rp[r][4 * s];
+#pragma unroll
+    for (int c = 0; c < kHChunks; ++c) hv[c] = __ldcg(hp + 4 * kHChunks * s + c);
+    add_step(w, hv, s);
+  }
+}
+
+// Output r's product for pair g, held by thread (g, g / 2): D[g][g] of mma r / 2 for even r,
+// D[g + 8][g] for odd r. Selected, not indexed by g: a run-time index put run in local memory.
+__device__ __forceinline__ float diagonal(const float (&run)[2][4], int r, int g) {
+  const int i = (r % 2) * 2;
+  return g % 2 ? run[r / 2][i + 1] : run[r / 2][i];
+}
+
+template <class T, class WT>
+__global__ void __launch_bounds__(kDownMmaThreads, 4) down_mma_kernel(DecodeArgs a) {
+  dependents_may_launch();  // the next layer's router may start: it waits before touching memory
+  __shared__ float partial[kDownMmaWarps][kDownMmaOutputs];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kDownMmaOutputs, t = blockIdx.y, pairs = a.tokens * a.k;
+  const bool holder = q == g / 2;  // this lane holds pair g's diagonal elements
+  const int last = static_cast<int>(min(int64_t{kDownMmaOutputs}, a.hidden - n0)) - 1;  // rows past the matrix repeat its last
+  const int routed_groups = (a.k + 7) / 8, groups = routed_groups + (a.shared ? 1 : 0);
+  float acc[kDownMmaOutputs] = {};  // this lane's weighted share of the 4 outputs
+  bool wait = true;
+  for (int grp = 0; grp < groups; ++grp) {
+    float run[2][4] = {};
+    if (grp < routed_groups) {
+      const int j = grp * 8 + g;
+      const bool valid = j < a.k;
+      // ids and weights were final before gate_up's blocks triggered this launch (see
+      // down_decode_kernel); L2 loads so no earlier layer's values come from this SM's L1.
+      const int64_t pair = t * a.k + (valid ? j : grp * 8), e = __ldcg(a.ids + pair);
+      const int steps = static_cast<int>(a.inter * static_cast<int64_t>(sizeof(WT)) / kMmaStepBytes), per = (steps + kDownMmaWarps - 1) / kDownMmaWarps;
+      const int s_begin = min(steps, warp * per), s_end = min(steps, s_begin + per);
+      const WeightScale& ds = a.down_scale;
+      const float* scales = std::is_same_v<WT, E4m3> && ds.kind == WeightScale::Block128
+                                ? ds.ptr + gmm::block_scale_offset(e, n0, 0, ds.s0, ds.s1, ds.s2) : nullptr;
+      down_mma_steps<WT, T>(static_cast<const WT*>(a.down) + e * a.d_es + n0 * a.d_rs, a.d_rs, last, static_cast<const T*>(a.h) + pair * a.h_rs,
+                            s_begin, s_end, scales, ds.s2, wait, run);
+      const float weight = valid ? __ldcg(a.weights + pair) : 0.f;
+#pragma unroll
+      for (int r = 0; r < kDownMmaOutputs; ++r)
+        if (holder) acc[r] = fmaf(diagonal(run, r, g), weight * column_scale(ds, e, min(n0 + r, a.hidden - 1)), acc[r]);
+    } else {  // the shared expert: column 0
+      const int steps = static_cast<int>(a.s_inter * static_cast<int64_t>(sizeof(T)) / kMmaStepBytes), per = (steps + kDownMmaWarps - 1) / kDownMmaWarps;
+      const int s_begin = min(steps, warp * per), s_end = min(steps, s_begin + per);
+      down_mma_steps<T, T>(static_cast<const T*>(a.s_down) + n0 * a.sd_rs, a.sd_rs, last, static_cast<const T*>(a.h) + (pairs + t) * a.h_rs,
+                           s_begin, s_end, nullptr, 0, wait, run);
+      const float gate = g == 0 ? (a.sg ? __ldcg(a.sg + t) : 1.f) : 0.f;
+#pragma unroll
+      for (int r = 0; r < kDownMmaOutputs; ++r)
+        if (holder) acc[r] = fmaf(diagonal(run, r, g), gate, acc[r]);
+    }
+    wait = false;  // the first group's call waited
+  }
+#pragma unroll
+  for (int r = 0; r < kDownMmaOutputs; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0) partial[warp][r] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x < kDownMmaOutputs && n0 + threadIdx.x < a.hidden) {
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kDownMmaWarps; ++w) sum += partial[w][threadIdx.x];
     static_cast<T*>(a.out)[t * a.o_ts + n0 + threadIdx.x] = from_f<T>(sum);
   }
 }
@@ -931,6 +1333,9 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
     ra.gate = options.shared->gate.raw_data();
     ra.sg = sg.data_ptr<float>();
   }
+  // The decode kernels go out as programmatic dependent launches (sm_90): each overlaps the tail
+  // of the kernel before it.
+  const bool pdl = decode && fast_paths_enabled(device, 90);
   if (decode) {
     auto* ticket = static_cast<unsigned*>(zeroed_stream_scratch(device, stream, ScratchPurpose::MoeRouter, sizeof(unsigned)));
     const auto blocks = static_cast<unsigned>((e + kRouterWarps - 1) / kRouterWarps);
@@ -938,12 +1343,11 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
       with_float(x.dtype(), [&](auto* tag) {
         using X = std::remove_pointer_t<decltype(tag)>;
         if constexpr (!std::is_same_v<X, double>)
-          router_decode_kernel<decltype(epl)::value, X><<<blocks, kRouterWarps * 32, 0, stream>>>(
-              ra, static_cast<const X*>(router_weight.raw_data()), router_weight.stride(0), logits.data_ptr<float>(), ticket,
-              t > 1 ? pair_order.data_ptr<int32_t>() : nullptr);
+          launch_dependent(router_decode_kernel<decltype(epl)::value, X>, blocks, kRouterWarps * 32, 0, stream, pdl, ra,
+                           static_cast<const X*>(router_weight.raw_data()), router_weight.stride(0), logits.data_ptr<float>(), ticket,
+                           t > 1 ? pair_order.data_ptr<int32_t>() : nullptr);
       });
     });
-    EMBER_CUDA_CHECK_LAUNCH();
   } else {
     rows_product(x, router_weight.unsqueeze(0), Tensor(), nullptr, logits, device);
     launch_route(ra, kFloat32, x.dtype(), stream);
@@ -972,18 +1376,35 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
     a.out = out.raw_data(); a.o_ts = out.stride(0);
     const dim3 gu_grid(static_cast<unsigned>((std::max(inter, s_inter) + kDecodeWarps - 1) / kDecodeWarps), static_cast<unsigned>(slots));
     const auto down_threads = static_cast<unsigned>(32 * std::min<int64_t>(k + (shared ? 1 : 0), kDownMaxWarps));
-    const dim3 down_grid(static_cast<unsigned>((hidden + kDownOutputs - 1) / kDownOutputs), static_cast<unsigned>(t));
-    const bool pdl = fast_paths_enabled(device, 90);
     with_float(x.dtype(), [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       if constexpr (!std::is_same_v<T, double>) {
-        if (fp8) {
-          launch_dependent(gate_up_decode_kernel<T, E4m3>, gu_grid, kDecodeThreads, x_row_bytes, stream, pdl, a);
-          launch_dependent(down_decode_kernel<T, E4m3>, down_grid, down_threads, 0, stream, pdl, a);
-        } else {
-          launch_dependent(gate_up_decode_kernel<T, T>, gu_grid, kDecodeThreads, x_row_bytes, stream, pdl, a);
-          launch_dependent(down_decode_kernel<T, T>, down_grid, down_threads, 0, stream, pdl, a);
-        }
+        const auto launch_layer = [&](auto* weight_tag) {
+          using WT = std::remove_pointer_t<decltype(weight_tag)>;
+          // The tensor-core gate_up where the weights allow: x staged as 2-byte operands (+ FP8's
+          // scales per 128 elements) within the 48 KB a launch gets without opting in.
+          const size_t mma_smem = static_cast<size_t>(hidden) * 2 + (fp8 ? static_cast<size_t>((hidden + 127) / 128) * 4 : 0);
+          bool mma = false;
+          if constexpr (kGateUpOnTensorCores<T, WT>) {
+            mma = hidden * static_cast<int64_t>(sizeof(WT)) % kMmaStepBytes == 0 && mma_smem <= 48 * 1024;
+            const dim3 mma_grid(static_cast<unsigned>((std::max(inter, s_inter) + kMmaChannels - 1) / kMmaChannels), static_cast<unsigned>(slots));
+            if (mma) launch_dependent(gate_up_mma_kernel<T, WT>, mma_grid, kMmaThreads, mma_smem, stream, pdl, a);
+          }
+          if (!mma) launch_dependent(gate_up_decode_kernel<T, WT>, gu_grid, kDecodeThreads, x_row_bytes, stream, pdl, a);
+          bool down_mma = false;
+          if constexpr (kDownOnTensorCores<T, WT>) {
+            down_mma = inter * static_cast<int64_t>(sizeof(WT)) % kMmaStepBytes == 0 &&
+                       (!shared || s_inter * static_cast<int64_t>(sizeof(T)) % kMmaStepBytes == 0);
+            const dim3 grid(static_cast<unsigned>((hidden + kDownMmaOutputs - 1) / kDownMmaOutputs), static_cast<unsigned>(t));
+            if (down_mma) launch_dependent(down_mma_kernel<T, WT>, grid, kDownMmaThreads, 0, stream, pdl, a);
+          }
+          if (!down_mma) {
+            const dim3 grid(static_cast<unsigned>((hidden + kDownOutputs - 1) / kDownOutputs), static_cast<unsigned>(t));
+            launch_dependent(down_decode_kernel<T, WT>, grid, down_threads, 0, stream, pdl, a);
+          }
+        };
+        if (fp8) launch_layer(static_cast<E4m3*>(nullptr));
+        else launch_layer(static_cast<T*>(nullptr));
       }
     });
     return;

@@ -381,5 +381,8 @@ EMBER_PARITY_CASE(moe_layer_t1_bf16_i1024, { return layer_case(d, config(1, 256,
 EMBER_PARITY_CASE(moe_layer_t1_fp8_h6144, { return layer_case(d, with_fp8(config(1, 6144, 4, 128, 2)), 77); });
 EMBER_PARITY_CASE(moe_layer_t1_qwen3_shapes_bf16, { return layer_case(d, config(1, 2048, 16, 768, 8), 78); });
 EMBER_PARITY_CASE(moe_layer_t1_bf16_i100, { return layer_case(d, with_down_pad(config(1, 256, 16, 100, 4), 4), 79); });
+// The tensor-core decode kernels on Qwen3-30B's FP8 shapes: H 2048 (gate_up: 8 steps per warp,
+// two whole batches), I 768 (down: 3 steps per warp, one batch).
+EMBER_PARITY_CASE(moe_layer_t1_qwen3_shapes_fp8, { return layer_case(d, with_fp8(config(1, 2048, 16, 768, 8)), 82); });
 
 }  // namespace ember::test
