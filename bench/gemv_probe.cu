@@ -36,10 +36,35 @@
 //   columns4 (session 6; 15 mid shapes, v7's included): "batch C16 T256 L8 push" faster than v7's
 //     configurations and v5 on all of them (2048x4096 6.48 vs v7's 7.19 us): gemv.cu's v9.
 //
+// columns6 (session 8): the 100-135 MB columns shapes 14336x4096, 14336x3584, 3584x14336,
+// 4096x14336 and 8192x8192, which every columns kernel reads at 3.7-3.94 TB/s and the rows layout
+// of the same bytes at 4.05-4.1. Is it how a row is read? The columns kernels read it as strips of
+// 64-512 bytes at different times from different blocks; the "rowtile" kernels give a block whole
+// row segments of 7-16 KB (a thread per 16-byte chunk across the row, L rows per batch), K split
+// into about one or two waves of resident blocks and reduced by vector atomics ("c4"/"c8": first
+// through a cluster's distributed shared memory). Each variant is also timed as the decode bench
+// times it (20 launches per graph: "us x20"). Measured (H200, session 8, docs/perf-runs/
+// 2026-11-30-s8-probes.txt): every rowtile variant slower than ember's kernels on all five shapes,
+// 2.2-3.6 TB/s (14336x3584 x20: ember 26.68 us, rowtile L8 1wave 36.29, L8 1wave c8 28.28): whole
+// row segments per block do not read faster, and the split's reduction costs more. Rejected.
+//
+// columns7 (session 8): the same shapes, where the best columns kernels still run 224-256 blocks
+// on 264 resident slots (2 per SM): on 14336x3584, 92 SMs hold two equal blocks and 40 one, and
+// the doubly loaded SMs set the end. Two fixes of the balance: "balanced" runs the batch kernel
+// (push) in the cluster of ANY size up to 16 whose tiles x cluster fill one or two rounds of the
+// resident slots best (e.g. C16 T512 in clusters of 9: 252 blocks); "streamk" runs exactly one
+// wave of resident blocks, each taking an equal share of the (tile, row group) units, so a block
+// may end one tile and start the next; the segments meet by 16-byte vector atomics and a per-tile
+// row count, and the block completing K writes y. Measured (H200, session 8, us x20): no variant
+// clearly better than the best existing one on any shape. 14336x3584: ember 26.53, batch C16 T512
+// L8 push 26.43, balanced C16 T512 (the plan kept cluster 8) 26.45, streamk L8 26.84; 14336x4096:
+// ember 30.02, batch C16 T512 29.71, balanced C16 T512 in clusters of 7 29.78, streamk L8 29.77.
+// Load balance is not what holds these shapes below 3.9 TB/s. Rejected.
+//
 // Build and run on the GPU machine (no CMake needed):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/gemv_probe.cu -o /tmp/gemv_probe && /tmp/gemv_probe
-// Only some sections: append their names (rows, columns, columns2, columns3, columns4, columns5),
-// e.g. "/tmp/gemv_probe columns2".
+// Only some sections: append their names (rows, rows2, columns, columns2, columns3, columns4,
+// columns5, columns6, columns7, harness), e.g. "/tmp/gemv_probe columns2".
 // SASS of a kernel (what the per-variant comments describe):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cubin -Xptxas -v bench/gemv_probe.cu -o /tmp/g.cubin
 //   cuobjdump -sass /tmp/g.cubin | less   (or nvdisasm -c /tmp/g.cubin)
@@ -209,6 +234,7 @@ __global__ void __launch_bounds__(kThreads) ember_columns_kernel(const bf16* __r
 }
 
 constexpr int kMaxXRange = 4096;  // rows of x the X_SMEM kernels stage in shared memory
+constexpr int kMaxCluster = 16;   // blocks per cluster: the non-portable limit cluster_limit allows at most
 
 // ember cluster_columns_kernel<bf16, true> (v5), generalised over the tile (COLS threads x 16
 // bytes across, THREADS / COLS slices down) and the loads in flight: ember's is <8, 256, 8>.
@@ -622,25 +648,36 @@ template <int L, int S> __device__ __forceinline__ void fma_batch(float (&acc)[k
 // mbarrier (expecting the tile's kCols * 4 bytes), and only owners wait, on that mbarrier: no
 // closing cluster barrier, whose release ptxas compiles to MEMBAR.ALL.GPU (cluster.sync() in v5
 // and here without PUSH: MEMBAR.ALL.GPU, UCGABAR_ARV, UCGABAR_WAIT).
-template <int COLS, int THREADS, int L, bool PUSH = false>
+// ANY_CLUSTER (PUSH only; the "balanced" variants): clusters of any size up to kMaxCluster, not
+// only powers of 2. Rank q owns the tile's columns [q * kCols / ranks, (q + 1) * kCols / ranks)
+// (shares differ by at most one column), receives its share from every rank into an inbox with
+// rows of ceil(kCols / ranks) slots, and sums them with a loop over the ranks instead of shuffles.
+// SASS (ANY_CLUSTER, L8): C16 T512 64 registers (2 blocks per SM), C8/C16/C32 T256 62 (4); the
+// batches as above; the instantiations without it compile to the same SASS as before it existed.
+template <int COLS, int THREADS, int L, bool PUSH = false, bool ANY_CLUSTER = false>
 __global__ void __launch_bounds__(THREADS) columns_batch_kernel(const uint4* __restrict__ b, int ldb_vec, const bf16* __restrict__ x,
                                                                 bf16* __restrict__ y, int n, int k, int k_per_rank) {
   constexpr int kSlicesDown = THREADS / COLS, kCols = COLS * kVec, kBatchRows = L * kSlicesDown;
   constexpr int kParts = THREADS / kCols;  // threads summing one column's slices
   static_assert(kParts >= 1 && kParts <= 32 && THREADS == kParts * kCols && kCols % 32 == 0);
+  static_assert(PUSH || !ANY_CLUSTER);
   constexpr int kStride = kCols + 32 / kParts;  // padding: the column sums read conflict-free
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
   const unsigned ranks = cluster.num_blocks(), rank = cluster.block_rank();
+  // ANY_CLUSTER: this rank's columns of the tile, and the inbox row per source rank.
+  const unsigned own_begin = ANY_CLUSTER ? rank * kCols / ranks : 0;
+  const unsigned own_count = ANY_CLUSTER ? (rank + 1) * kCols / ranks - own_begin : kCols;
+  const unsigned inbox_row = ANY_CLUSTER ? (kCols + ranks - 1) / ranks : 0;
   __shared__ alignas(8) uint64_t received;  // PUSH: the owner's mbarrier
   const uint32_t received_addr = static_cast<uint32_t>(__cvta_generic_to_shared(&received));
   if (PUSH && ranks > 1 && threadIdx.x == 0) {
-    // One arrival (this one) plus kCols * 4 bytes of transactions complete phase 0; the init is
-    // released to the other ranks by the cluster barrier.
+    // One arrival (this one) plus 4 bytes from every rank for each owned column complete phase
+    // 0; the init is released to the other ranks by the cluster barrier.
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n\t"
                  "fence.mbarrier_init.release.cluster;\n\t"
                  "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(received_addr),
-                 "r"(kCols * 4)
+                 "r"(ANY_CLUSTER ? own_count * ranks * 4 : kCols * 4)
                  : "memory");
   }
   if (ranks > 1) __cluster_barrier_arrive_relaxed();
@@ -675,7 +712,7 @@ __global__ void __launch_bounds__(THREADS) columns_batch_kernel(const uint4* __r
   }
 
   __shared__ alignas(16) float sums[kSlicesDown][kStride];
-  __shared__ float inbox[kCols];
+  __shared__ float inbox[ANY_CLUSTER ? kCols + kMaxCluster - 1 : kCols];  // ANY_CLUSTER: ranks rows of inbox_row
   if constexpr (kStride % 4 == 0) {
 #pragma unroll
     for (int j = 0; j < kVec; j += 4)
@@ -697,13 +734,16 @@ __global__ void __launch_bounds__(THREADS) columns_batch_kernel(const uint4* __r
     return;
   }
   // Rank q owns columns [q * share, (q + 1) * share) of the tile: every rank sends it those
-  // partials, it sums them (ranks: a power of 2 <= 16, so kCols % ranks == 0).
+  // partials, it sums them (ranks: a power of 2 <= 16, so kCols % ranks == 0; ANY_CLUSTER: the
+  // uneven shares above).
   const unsigned share = kCols / ranks;
   cluster.barrier_wait();
   if constexpr (PUSH) {
     if (part == 0) {
-      const uint32_t owner = col / share;
-      const uint32_t slot = static_cast<uint32_t>(__cvta_generic_to_shared(&inbox[rank * share + col % share]));
+      // ANY_CLUSTER: the owner q is the one with q * kCols / ranks <= col < (q + 1) * kCols / ranks.
+      const uint32_t owner = ANY_CLUSTER ? ((col + 1) * ranks - 1) / kCols : col / share;
+      const uint32_t index = ANY_CLUSTER ? rank * inbox_row + col - owner * kCols / ranks : rank * share + col % share;
+      const uint32_t slot = static_cast<uint32_t>(__cvta_generic_to_shared(&inbox[index]));
       uint32_t remote_slot, remote_barrier;
       asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_slot) : "r"(slot), "r"(owner));
       asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_barrier) : "r"(received_addr), "r"(owner));
@@ -711,7 +751,7 @@ __global__ void __launch_bounds__(THREADS) columns_batch_kernel(const uint4* __r
                    "r"(remote_barrier)
                    : "memory");
     }
-    if (threadIdx.x >= kCols) return;
+    if (threadIdx.x >= own_count) return;
     uint32_t done = 0;
     while (!done)
       asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n\tselp.u32 %0, 1, 0, p;\n\t}"
@@ -722,12 +762,304 @@ __global__ void __launch_bounds__(THREADS) columns_batch_kernel(const uint4* __r
     if (part == 0) cluster.map_shared_rank(inbox, static_cast<int>(col / share))[rank * share + col % share] = s;
     cluster.sync();
   }
-  if (threadIdx.x < kCols) {
+  if constexpr (ANY_CLUSTER) {
+    float v = 0.f;
+    for (unsigned q = 0; q < ranks; ++q) v += inbox[q * inbox_row + threadIdx.x];
+    const int out = tile0 + static_cast<int>(own_begin + threadIdx.x);
+    if (out < n) y[out] = __float2bfloat16_rn(v);
+  } else if (threadIdx.x < kCols) {
     const unsigned source = threadIdx.x % ranks, owned = threadIdx.x / ranks;
     float v = inbox[source * share + owned];
     for (unsigned off = 1; off < ranks; off *= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
     const int out = tile0 + static_cast<int>(rank * share + owned);
     if (source == 0 && out < n) y[out] = __float2bfloat16_rn(v);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Columns, sixth round (the "columns6" section): the 100-135 MB shapes with both sides >= 3584,
+// where every columns kernel above reads 3.7-3.94 TB/s and the rows layout of the same bytes
+// 4.05-4.1. The columns kernels read a row of B as strips of 64-512 contiguous bytes, fetched at
+// different times by different blocks; the rows kernels stream whole contiguous rows. Do blocks
+// that read whole row segments of several KB at a time stream as fast as the rows layout?
+
+constexpr int kMaxRowTile = 1024;  // threads per block (CUDA's limit): 16 KB of a row
+
+// Two floats as a bf16 pair (round to nearest), the first in the low half.
+__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+  uint32_t bits;
+  std::memcpy(&bits, &pair, sizeof bits);
+  return bits;
+}
+
+// 8 floats as 8 bf16 in one 16-byte store; y 16-byte aligned.
+__device__ __forceinline__ void store_bf16x8(bf16* y, const float (&v)[kVec]) {
+  *reinterpret_cast<uint4*>(y) =
+      make_uint4(bf16x2_bits(v[0], v[1]), bf16x2_bits(v[2], v[3]), bf16x2_bits(v[4], v[5]), bf16x2_bits(v[6], v[7]));
+}
+
+// A row-tile block's partial sums: acc[j] = sum over the block's K range (rows k_begin ..
+// k_begin + k_per_split - 1, clipped to K; none past K) of x[row] * B[row][cv * 8 + j]. The thread
+// walks its chunk column cv down the range, L consecutive rows per batch: whole batches without
+// predicates, then one predicated tail batch. As in columns_batch_kernel, the first batch's loads
+// are issued before x is staged in shared memory (its L2 round trip overlaps theirs), and the
+// barrier keeps ptxas from interleaving those loads with FFMAs. Every thread of the block calls it.
+template <int L>
+__device__ __forceinline__ void rowtile_partial(const uint4* __restrict__ b, int ldb_vec, const bf16* __restrict__ x, int k,
+                                                int k_per_split, int cv, float (&acc)[kVec]) {
+  const int k_begin = blockIdx.y * k_per_split;
+  const int range = max(0, min(k - k_begin, k_per_split));  // 0: a cluster's trailing rank past K
+  const int padded = (max(range, 1) + L - 1) / L * L;       // whole batches, at least the first; <= kMaxXRange
+  const size_t step = ldb_vec;                              // one row down
+  const uint4* bp = b + static_cast<size_t>(k_begin) * ldb_vec + cv;
+  uint4 r[L];
+  if (range >= L) load_batch<L, false>(r, bp, step, L);
+  else load_batch<L, true>(r, bp, step, range);
+  // x of the range as raw bf16 bits, zero past it: the tail batch's missing rows have zero weights
+  // and must not meet a NaN pattern.
+  __shared__ uint16_t x_range[kMaxXRange];
+  const uint16_t* xg = reinterpret_cast<const uint16_t*>(x) + k_begin;
+  for (int i = threadIdx.x; i < padded; i += blockDim.x) x_range[i] = i < range ? xg[i] : uint16_t{0};
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) acc[j] = 0.f;
+  fma_batch<L, 1>(acc, r, x_range);
+  int kb = L;  // rows of the range consumed (the first batch, whole or not)
+  for (; kb + L <= range; kb += L) {
+    bp += L * step;
+    load_batch<L, false>(r, bp, step, L);
+    fma_batch<L, 1>(acc, r, x_range + kb);
+  }
+  if (kb < range) {
+    bp += L * step;
+    load_batch<L, true>(r, bp, step, range - kb);
+    fma_batch<L, 1>(acc, r, x_range + kb);
+  }
+}
+
+// After every block of the tile has added its share of the tile's sums into the zeroed `accum`
+// (16-byte vector atomics, sm_90): the last block to finish (ticket) writes the tile's y, thread t
+// its chunk, zeroes accum and resets the ticket for the next launch. Every thread of the block
+// calls it.
+__device__ __forceinline__ void rowtile_finish(bf16* __restrict__ y, float* __restrict__ accum, unsigned* __restrict__ tickets) {
+  if (!last_split_of_tile(tickets)) return;
+  const int cv = blockIdx.x * blockDim.x + threadIdx.x;
+  float4* sum = reinterpret_cast<float4*>(accum + cv * kVec);
+  const float4 lo = __ldcg(sum), hi = __ldcg(sum + 1);
+  sum[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+  sum[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  store_bf16x8(y + cv * kVec, {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w});
+  if (threadIdx.x == 0) tickets[blockIdx.x] = 0;
+}
+
+// columns "rowtile L{L} {W}wave": a block is a row tile, blockDim.x threads each owning one
+// 16-byte chunk (8 columns) side by side, so each batch the block reads L row segments of
+// blockDim.x * 16 contiguous bytes (the whole row where N / 8 <= 1024 chunks; the host picks a
+// block size that divides N / 8, so every thread has a chunk). gridDim.x: tiles across a row;
+// gridDim.y splits K into ranges of k_per_split rows (a multiple of L, none empty). The splits
+// reduce as columns_split_kernel's do: each thread adds its 8 sums into `accum` with two 16-byte
+// vector atomics, then the ticket (rowtile_finish). SASS (ptxas -v: no spills, no stack): L8 62
+// registers, L4 44; all L LDG.E.NA.128 of a batch before its first FFMA, the first batch's before
+// the x staging and its BAR.SYNC.
+template <int L>
+__global__ void __launch_bounds__(kMaxRowTile) columns_rowtile_kernel(const uint4* __restrict__ b, int ldb_vec, const bf16* __restrict__ x,
+                                                                     bf16* __restrict__ y, int k, int k_per_split,
+                                                                     float* __restrict__ accum, unsigned* __restrict__ tickets) {
+  const int cv = blockIdx.x * blockDim.x + threadIdx.x;  // this thread's 16-byte chunk of a row
+  float acc[kVec];
+  rowtile_partial<L>(b, ldb_vec, x, k, k_per_split, cv, acc);
+  if (gridDim.y == 1) {
+    store_bf16x8(y + cv * kVec, acc);
+    return;
+  }
+  float4* sum = reinterpret_cast<float4*>(accum + cv * kVec);
+  atomicAdd(sum, make_float4(acc[0], acc[1], acc[2], acc[3]));
+  atomicAdd(sum + 1, make_float4(acc[4], acc[5], acc[6], acc[7]));
+  rowtile_finish(y, accum, tickets);
+}
+
+// columns "rowtile L{L} {W}wave c{C}": the rowtile kernel's blocks in clusters of C along y (C
+// consecutive K ranges of one tile; blockDim.x % C == 0) that first sum their partials through
+// distributed shared memory, so the global atomics drop C-fold: rank q owns the tile's chunks
+// [q * share, (q + 1) * share) (share = blockDim.x / C); every rank stores its 8 sums of each
+// chunk into the owner's inbox (two float4), and 2 * share of the owner's threads each sum one
+// float4 over the C ranks and add it into `accum`, then the ticket as in the rowtile kernel
+// (every block of the tile takes one, the last writes y); a single cluster per tile writes y
+// directly. K splits come in whole clusters, so the last cluster's trailing ranks may get empty
+// ranges. SASS (ptxas -v: no spills, no stack): C4 and C8 (L8) 62 registers, all 8 LDG.E.NA.128
+// of a batch before its first FFMA. CLUSTER is a template parameter because with the cluster size
+// read at run time (60 registers) ptxas issued the loop's last 2 loads after FFMAs that wait on
+// the first.
+template <int L, int CLUSTER>
+__global__ void __launch_bounds__(kMaxRowTile) columns_rowtile_cluster_kernel(const uint4* __restrict__ b, int ldb_vec,
+                                                                             const bf16* __restrict__ x, bf16* __restrict__ y, int k,
+                                                                             int k_per_split, float* __restrict__ accum,
+                                                                             unsigned* __restrict__ tickets) {
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  __cluster_barrier_arrive_relaxed();  // waited for before the first remote store: every rank started
+  const int cv = blockIdx.x * blockDim.x + threadIdx.x;
+  float acc[kVec];
+  rowtile_partial<L>(b, ldb_vec, x, k, k_per_split, cv, acc);
+
+  __shared__ float4 inbox[2 * kMaxRowTile];  // [source rank][chunk of the share][half]
+  const unsigned rank = cluster.block_rank();
+  const int share = blockDim.x / CLUSTER, owner = threadIdx.x / share, slot = threadIdx.x % share;
+  cluster.barrier_wait();
+  float4* remote = cluster.map_shared_rank(inbox, owner) + 2 * (rank * share + slot);
+  remote[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+  remote[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+  cluster.sync();
+  // Thread t < 2 * share: half t % 2 of owned chunk t / 2, i.e. inbox[q * 2 * share + t] over q.
+  const bool sums = static_cast<int>(threadIdx.x) < 2 * share;
+  float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (sums) {
+#pragma unroll
+    for (int q = 0; q < CLUSTER; ++q) {
+      const float4 v = inbox[q * 2 * share + threadIdx.x];
+      s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+    }
+  }
+  const int col = (blockIdx.x * blockDim.x + rank * share + threadIdx.x / 2) * kVec + threadIdx.x % 2 * 4;
+  if (gridDim.y == CLUSTER) {
+    if (sums) *reinterpret_cast<uint2*>(y + col) = make_uint2(bf16x2_bits(s.x, s.y), bf16x2_bits(s.z, s.w));
+    return;
+  }
+  if (sums) atomicAdd(reinterpret_cast<float4*>(accum + col), s);
+  rowtile_finish(y, accum, tickets);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Columns, seventh round (the "columns7" section): the same 100-135 MB shapes. The best columns
+// kernels run 224-256 blocks on 264 resident slots (2 per SM): with equal work per block, 92 SMs
+// hold two blocks and 40 one on 14336x3584, and the kernel ends when the doubly loaded SMs do,
+// with fewer bytes in flight while they finish. Two fixes of the balance: the batch kernel in a
+// cluster of any size whose block count fills the slots best ("balanced", host side), and a
+// stream-K kernel that gives every resident block the same number of rows.
+
+// With K split into segments that different blocks take: adds this block's `rows` of the tile to
+// its count and returns true in the block whose rows complete K (the last to finish), which then
+// sees every other block's writes. Every thread of the block calls it.
+__device__ bool last_rows_of_tile(unsigned* ticket, int rows, int k) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(ticket, static_cast<unsigned>(rows)) + rows == static_cast<unsigned>(k);
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
+// A stream-K block's sums over one segment of a 256-column tile (`rows` rows of K, this thread's
+// slice in acc): reduced over the 8 slices in shared memory, then written as y if the segment is
+// the whole tile, else added into `accum` by 16-byte vector atomics, and the block completing the
+// tile's K rows writes y, zeroes accum and resets the tile's count for the next launch. Every
+// thread of the block calls it.
+__device__ __forceinline__ void streamk_segment_done(const float (&acc)[kVec], int tile, int rows, int n, int k, bf16* __restrict__ y,
+                                                     float* __restrict__ accum, unsigned* __restrict__ tickets) {
+  constexpr int kTile = 32 * kVec;
+  const int col_thread = threadIdx.x % 32, slice = threadIdx.x / 32;
+  __shared__ alignas(16) float sums[kSlices][kTile];
+#pragma unroll
+  for (int j = 0; j < kVec; j += 4)
+    *reinterpret_cast<float4*>(&sums[slice][col_thread * kVec + j]) = make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
+  __syncthreads();
+  // 64 threads each sum 4 consecutive columns over the slices.
+  const int c4 = threadIdx.x * 4, col = tile * kTile + c4;
+  const bool owns = threadIdx.x < kTile / 4 && col < n;  // n % 8 == 0: 4 columns in or out together
+  float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (owns) {
+#pragma unroll
+    for (int sl = 0; sl < kSlices; ++sl) {
+      const float4 v = *reinterpret_cast<const float4*>(&sums[sl][c4]);
+      s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+    }
+  }
+  if (rows == k) {
+    if (owns) *reinterpret_cast<uint2*>(y + col) = make_uint2(bf16x2_bits(s.x, s.y), bf16x2_bits(s.z, s.w));
+    __syncthreads();  // the owners have read `sums` before the block's next segment overwrites it
+    return;
+  }
+  if (owns) atomicAdd(reinterpret_cast<float4*>(accum + col), s);
+  // Its barriers also keep `sums` from being overwritten before the owners have read it.
+  if (!last_rows_of_tile(tickets + tile, rows, k)) return;
+  if (owns) {
+    float4* sum = reinterpret_cast<float4*>(accum + col);
+    const float4 v = __ldcg(sum);
+    *sum = make_float4(0.f, 0.f, 0.f, 0.f);
+    *reinterpret_cast<uint2*>(y + col) = make_uint2(bf16x2_bits(v.x, v.y), bf16x2_bits(v.z, v.w));
+  }
+  if (threadIdx.x == 0) tickets[tile] = 0;
+}
+
+// Blocks per SM the stream-K kernel is compiled for: the most at which ptxas fits it without
+// spills (L8: 64 registers, 4 blocks; L4: 40 registers, 6 blocks).
+constexpr int streamk_min_blocks(int loads) { return loads >= 8 ? 4 : 6; }
+
+// columns "streamk L{L}": v4's layout (32 threads x 16 bytes across a 256-column tile, 8 slices
+// down the block), over a work space of units: unit = (tile, group), a group being the L * 8 rows
+// group * L * 8 .. of K that one batch covers (each thread L rows, one per 16-byte load), ordered
+// tile-major. The grid is one wave of resident blocks (the host launches no more blocks than
+// units), and block i takes units [i * units / blocks, (i + 1) * units / blocks): every block the
+// same rows, give or take one group, whatever the tile count. A block's range may end one tile and
+// start the next (or cover whole tiles); at the end of each tile segment streamk_segment_done
+// reduces it. Each batch loads without predicates, except a tile's last group where K is not a
+// multiple of the group (block-uniform choice); the first batch is issued before x is staged in
+// shared memory, and each next batch before the previous segment's reduction, so the loads are in
+// flight while it runs. SASS (ptxas -v: no spills, no stack): L8 64 registers, L4 40; every batch
+// issues its L LDG.E.NA.128 before any FFMA, the first before the x staging's BAR.SYNC, the next
+// ones before the segment's STS/BAR.SYNC/ATOMG.
+template <int L>
+__global__ void __launch_bounds__(kThreads, streamk_min_blocks(L))
+    columns_streamk_kernel(const uint4* __restrict__ b, int ldb_vec, const bf16* __restrict__ x, bf16* __restrict__ y, int n, int k,
+                           int groups_per_tile, int units, float* __restrict__ accum, unsigned* __restrict__ tickets) {
+  constexpr int kGroupRows = L * kSlices;
+  const int col_thread = threadIdx.x % 32, slice = threadIdx.x / 32;
+  const int unit_begin = static_cast<int>(static_cast<int64_t>(blockIdx.x) * units / gridDim.x);
+  const int unit_end = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * units / gridDim.x);
+  const size_t step = static_cast<size_t>(kSlices) * ldb_vec;  // one slice step down K
+  // This thread's chunk of `tile` exists (n % 8 == 0; only a last partial tile has threads past N).
+  const auto active = [&](int tile) { return (tile * 32 + col_thread) * kVec < n; };
+  // Unit (tile, group)'s loads: rows group * kGroupRows + slice + u * kSlices of this thread's chunk.
+  const auto load_unit = [&](uint4(&r)[L], int tile, int group) {
+    if (!active(tile)) return;
+    const uint4* p = b + static_cast<size_t>(group * kGroupRows + slice) * ldb_vec + tile * 32 + col_thread;
+    const int rows = k - group * kGroupRows;  // >= 1
+    if (rows >= kGroupRows) load_batch<L, false>(r, p, step, L);
+    else load_batch<L, true>(r, p, step, (rows - slice + kSlices - 1) / kSlices);
+  };
+
+  int tile = unit_begin / groups_per_tile, group = unit_begin % groups_per_tile;
+  uint4 r[L];
+  load_unit(r, tile, group);
+  // x for the block's units as raw bf16 bits: entry j is x at row j % kGroupRows of the group of
+  // unit unit_begin + j / kGroupRows, so one array serves segments of several tiles; zero past K,
+  // so that a partial group's missing rows (zero weights) do not meet a NaN pattern. The host
+  // keeps (unit_end - unit_begin) * kGroupRows within kMaxXRange.
+  __shared__ uint16_t x_units[kMaxXRange];
+  const uint16_t* xg = reinterpret_cast<const uint16_t*>(x);
+  for (int j = threadIdx.x; j < (unit_end - unit_begin) * kGroupRows; j += kThreads) {
+    const int row = (group + j / kGroupRows) % groups_per_tile * kGroupRows + j % kGroupRows;
+    x_units[j] = row < k ? xg[row] : uint16_t{0};
+  }
+  __syncthreads();
+  float acc[kVec] = {};
+  int segment_group = group;  // the current tile segment's first group
+  for (int unit = unit_begin;;) {
+    if (active(tile)) fma_batch<L, kSlices>(acc, r, x_units + (unit - unit_begin) * kGroupRows + slice);
+    const bool tile_done = group + 1 == groups_per_tile, more = ++unit < unit_end;
+    const int next_tile = tile_done ? tile + 1 : tile, next_group = tile_done ? 0 : group + 1;
+    if (more) load_unit(r, next_tile, next_group);
+    if (tile_done || !more) {
+      const int rows = min((group + 1) * kGroupRows, k) - segment_group * kGroupRows;
+      streamk_segment_done(acc, tile, rows, n, k, y, accum, tickets);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) acc[j] = 0.f;
+      segment_group = 0;
+    }
+    if (!more) break;
+    tile = next_tile, group = next_group;
   }
 }
 
@@ -907,7 +1239,8 @@ template <int L> void launch_columns_split(const Problem& p, const bf16* w, cuda
 }
 
 // Blocks of `kernel` (THREADS threads) resident at once, in clusters of `cluster` along y: the
-// most clusters that fit at once (cluster 1: blocks per SM x SMs), cached per kernel and size.
+// most clusters that fit at once (cluster 1: blocks per SM x SMs), cached per kernel and size. A
+// cluster size the runtime refuses counts as none fitting (the "balanced" plans try every size).
 template <class Kernel> int resident_clusters(Kernel kernel, int threads, int cluster, int sms) {
   static std::map<std::pair<const void*, int>, int> cache;  // the batch kernels share one Kernel type
   const std::pair<const void*, int> key{reinterpret_cast<const void*>(kernel), cluster};
@@ -918,7 +1251,10 @@ template <class Kernel> int resident_clusters(Kernel kernel, int threads, int cl
     count *= sms;
   } else {
     const ClusterLaunch launch(1, cluster, threads, nullptr);
-    CHECK(cudaOccupancyMaxActiveClusters(&count, kernel, &launch.config));
+    if (cudaOccupancyMaxActiveClusters(&count, kernel, &launch.config) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear it: a refused size is an answer, not a failure
+      count = 0;
+    }
   }
   return cache[key] = count;
 }
@@ -939,9 +1275,10 @@ template <int COLS, int THREADS, int L, bool PUSH = false> int batch_cluster(con
   return (k_per_rank + kBatchRows - 1) / kBatchRows * kBatchRows <= kMaxXRange ? cluster : 0;
 }
 
-// "cluster C blocks B": the batch kernel's launch for the shape.
+// "cluster C blocks B": the batch kernel's launch for the shape; "skip: why" where it cannot run.
 template <int COLS, int THREADS, int L, bool PUSH = false> std::string batch_config(const Problem& p) {
   const int cluster = batch_cluster<COLS, THREADS, L, PUSH>(p), tiles = (p.s.n + COLS * kVec - 1) / (COLS * kVec);
+  if (cluster == 0) return "skip: a rank's x range exceeds " + std::to_string(kMaxXRange) + " rows";
   return "cluster " + std::to_string(cluster) + " blocks " + std::to_string(tiles * cluster);
 }
 
@@ -961,6 +1298,190 @@ template <int COLS, int THREADS, int L, bool PUSH = false> void launch_columns_b
   }
   const ClusterLaunch launch(tiles, cluster, THREADS, st);
   CHECK(cudaLaunchKernelEx(&launch.config, kernel, bv, p.s.n / kVec, p.x, p.y, p.s.n, p.s.k, k_per_rank));
+}
+
+// The rowtile kernels' block for N (threads = 16-byte chunks per tile): the whole row of N / 8
+// chunks if it fits in one block, else the largest divisor of N / 8 that is a multiple of 32 and
+// <= kMaxRowTile (whole tiles and whole warps); 0 if there is none.
+int rowtile_threads(int n) {
+  const int chunks = n / kVec;
+  if (chunks <= kMaxRowTile) return chunks;
+  for (int threads = kMaxRowTile; threads >= 32; threads -= 32)
+    if (chunks % threads == 0) return threads;
+  return 0;
+}
+
+// Blocks of the rowtile kernel (CLUSTER 1) or of the cluster kernel in clusters of CLUSTER resident
+// at once with `threads`-thread blocks, cached per size (the launches run inside graph capture).
+template <int L, int CLUSTER> int rowtile_resident(int threads, int sms) {
+  static std::map<int, int> cache;
+  if (const auto it = cache.find(threads); it != cache.end()) return it->second;
+  int count = 0;
+  if constexpr (CLUSTER == 1) {
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, columns_rowtile_kernel<L>, threads, 0));
+    count *= sms;
+  } else {
+    const ClusterLaunch launch(1, CLUSTER, threads, nullptr);
+    CHECK(cudaOccupancyMaxActiveClusters(&count, columns_rowtile_cluster_kernel<L, CLUSTER>, &launch.config));
+    count *= CLUSTER;
+  }
+  return cache[threads] = count;
+}
+
+struct RowtilePlan {
+  int threads = 0, tiles = 0, splits = 0, k_per_split = 0;
+  const char* unfit = nullptr;  // non-null: why the shape cannot run
+};
+
+// "rowtile L{L} {WAVES}wave[ c{CLUSTER}]": as many K splits (a multiple of CLUSTER) as make
+// tiles x splits about WAVES waves of resident blocks, never more; each split a multiple of L rows.
+template <int L, int WAVES, int CLUSTER> RowtilePlan rowtile_plan(const Problem& p) {
+  RowtilePlan plan;
+  plan.threads = rowtile_threads(p.s.n);
+  if (plan.threads == 0 || plan.threads % CLUSTER != 0) {
+    plan.unfit = "N / 8 has no tile of <= 1024 threads (a multiple of 32 and of the cluster)";
+    return plan;
+  }
+  plan.tiles = p.s.n / kVec / plan.threads;
+  const int resident = rowtile_resident<L, CLUSTER>(plan.threads, p.sms);
+  if (resident == 0) {
+    plan.unfit = "no block or cluster of this size fits";
+    return plan;
+  }
+  const int clusters_per_tile = std::max(1, WAVES * resident / (plan.tiles * CLUSTER));
+  const int wanted_splits = clusters_per_tile * CLUSTER;
+  plan.k_per_split = ((p.s.k + wanted_splits - 1) / wanted_splits + L - 1) / L * L;
+  plan.splits = ((p.s.k + plan.k_per_split - 1) / plan.k_per_split + CLUSTER - 1) / CLUSTER * CLUSTER;
+  if (plan.k_per_split > kMaxXRange) plan.unfit = "a split's x range exceeds 4096 rows";
+  return plan;
+}
+
+// "tile T (B bytes) splits S blocks X rows R[ cluster C]", or "skip: why".
+template <int L, int WAVES, int CLUSTER = 1> std::string rowtile_config(const Problem& p) {
+  const RowtilePlan plan = rowtile_plan<L, WAVES, CLUSTER>(p);
+  if (plan.unfit) return std::string("skip: ") + plan.unfit;
+  return "tile " + std::to_string(plan.threads) + " (" + std::to_string(plan.threads * 16) + " B) splits " + std::to_string(plan.splits) +
+         " blocks " + std::to_string(plan.tiles * plan.splits) + " rows " + std::to_string(plan.k_per_split) +
+         (CLUSTER > 1 ? " cluster " + std::to_string(CLUSTER) : "");
+}
+
+template <int L, int WAVES, int CLUSTER = 1> void launch_columns_rowtile(const Problem& p, const bf16* w, cudaStream_t st) {
+  const RowtilePlan plan = rowtile_plan<L, WAVES, CLUSTER>(p);
+  if (plan.unfit) {
+    std::fprintf(stderr, "rowtile L%d %dwave c%d, %dx%d: %s\n", L, WAVES, CLUSTER, p.s.k, p.s.n, plan.unfit);
+    std::exit(1);
+  }
+  const auto* bv = reinterpret_cast<const uint4*>(w);
+  if constexpr (CLUSTER == 1) {
+    columns_rowtile_kernel<L><<<dim3(plan.tiles, plan.splits), plan.threads, 0, st>>>(bv, p.s.n / kVec, p.x, p.y, p.s.k, plan.k_per_split,
+                                                                                    p.accum, p.tickets);
+  } else {
+    ClusterLaunch launch(plan.tiles, CLUSTER, plan.threads, st);
+    launch.config.gridDim.y = plan.splits;  // clusters of CLUSTER along y, splits / CLUSTER of them per tile
+    CHECK(cudaLaunchKernelEx(&launch.config, columns_rowtile_cluster_kernel<L, CLUSTER>, bv, p.s.n / kVec, p.x, p.y, p.s.k,
+                             plan.k_per_split, p.accum, p.tickets));
+  }
+}
+
+// The "balanced" variants' launch: the batch kernel (PUSH, ANY_CLUSTER) in the cluster, of any
+// size up to the kernel's limit, whose blocks (tiles x cluster) fill the most of one or two rounds
+// of the resident slots (blocks per SM x SMs). A round holds as many clusters as
+// cudaOccupancyMaxActiveClusters allows at once (clusters stay within a GPC, so fewer than slots /
+// cluster may fit); fill = blocks / (rounds x slots). Each rank gets ceil(K / cluster) rows, as in
+// launch_columns_batch: at least one per thread, none empty, and its x range within kMaxXRange.
+// Ties go to the smaller cluster (one round rather than two, less to reduce).
+struct BalancedPlan {
+  int tiles = 0, slots = 0, cluster = 0, k_per_rank = 0, rounds = 0;  // cluster 0: no size is legal
+};
+
+template <int COLS, int THREADS, int L> BalancedPlan balanced_plan(const Problem& p) {
+  const auto kernel = columns_batch_kernel<COLS, THREADS, L, true, true>;
+  constexpr int kSlicesDown = THREADS / COLS, kBatchRows = L * kSlicesDown;
+  static const int max_cluster = cluster_limit(kernel, THREADS);  // also allows the sizes above 8
+  BalancedPlan plan;
+  plan.tiles = (p.s.n + COLS * kVec - 1) / (COLS * kVec);
+  plan.slots = resident_clusters(kernel, THREADS, 1, p.sms);
+  double best_fill = 0.0;
+  for (int cluster = 1; cluster <= max_cluster; ++cluster) {
+    const int k_per_rank = (p.s.k + cluster - 1) / cluster;
+    if (k_per_rank < kSlicesDown || (cluster - 1) * k_per_rank >= p.s.k) continue;
+    if ((k_per_rank + kBatchRows - 1) / kBatchRows * kBatchRows > kMaxXRange) continue;
+    const int resident = resident_clusters(kernel, THREADS, cluster, p.sms);
+    if (resident == 0) continue;
+    const int rounds = (plan.tiles + resident - 1) / resident;
+    const double fill = static_cast<double>(plan.tiles) * cluster / (static_cast<double>(rounds) * plan.slots);
+    if (rounds <= 2 && fill > best_fill) {
+      best_fill = fill;
+      plan.cluster = cluster, plan.k_per_rank = k_per_rank, plan.rounds = rounds;
+    }
+  }
+  return plan;
+}
+
+// "tiles T cluster C blocks B of S slots (R rounds) rows K", or "skip: why".
+template <int COLS, int THREADS, int L> std::string balanced_config(const Problem& p) {
+  const BalancedPlan plan = balanced_plan<COLS, THREADS, L>(p);
+  if (plan.cluster == 0) return "skip: no cluster size fits a rank's x range";
+  return "tiles " + std::to_string(plan.tiles) + " cluster " + std::to_string(plan.cluster) + " blocks " +
+         std::to_string(plan.tiles * plan.cluster) + " of " + std::to_string(plan.slots) + " slots (" + std::to_string(plan.rounds) +
+         (plan.rounds == 1 ? " round" : " rounds") + ") rows " + std::to_string(plan.k_per_rank);
+}
+
+template <int COLS, int THREADS, int L> void launch_columns_balanced(const Problem& p, const bf16* w, cudaStream_t st) {
+  const auto kernel = columns_batch_kernel<COLS, THREADS, L, true, true>;
+  const BalancedPlan plan = balanced_plan<COLS, THREADS, L>(p);
+  if (plan.cluster == 0) {
+    std::fprintf(stderr, "balanced C%d T%d L%d, %dx%d: no cluster size fits a rank's x range\n", COLS, THREADS, L, p.s.k, p.s.n);
+    std::exit(1);
+  }
+  const auto* bv = reinterpret_cast<const uint4*>(w);
+  if (plan.cluster == 1) {
+    kernel<<<plan.tiles, THREADS, 0, st>>>(bv, p.s.n / kVec, p.x, p.y, p.s.n, p.s.k, plan.k_per_rank);
+    return;
+  }
+  const ClusterLaunch launch(plan.tiles, plan.cluster, THREADS, st);
+  CHECK(cudaLaunchKernelEx(&launch.config, kernel, bv, p.s.n / kVec, p.x, p.y, p.s.n, p.s.k, plan.k_per_rank));
+}
+
+// The stream-K launch: one wave of resident blocks (all that fit per SM, at most BLOCKS_PER_SM if
+// that is > 0), no more blocks than units so none is empty; unfit where a block's units span more
+// x than kMaxXRange rows.
+struct StreamkPlan {
+  int tiles = 0, groups_per_tile = 0, units = 0, per_sm = 0, blocks = 0;
+  const char* unfit = nullptr;  // non-null: why the shape cannot run
+};
+
+template <int L, int BLOCKS_PER_SM> StreamkPlan streamk_plan(const Problem& p) {
+  constexpr int kGroupRows = L * kSlices;
+  StreamkPlan plan;
+  const int resident_per_sm = resident_clusters(columns_streamk_kernel<L>, kThreads, 1, p.sms) / p.sms;
+  plan.per_sm = BLOCKS_PER_SM > 0 ? std::min(BLOCKS_PER_SM, resident_per_sm) : resident_per_sm;
+  plan.tiles = (p.s.n + 32 * kVec - 1) / (32 * kVec);
+  plan.groups_per_tile = (p.s.k + kGroupRows - 1) / kGroupRows;
+  plan.units = plan.tiles * plan.groups_per_tile;
+  plan.blocks = std::min(plan.per_sm * p.sms, plan.units);
+  if (plan.blocks == 0) plan.unfit = "no block fits on an SM";
+  else if ((plan.units + plan.blocks - 1) / plan.blocks * kGroupRows > kMaxXRange) plan.unfit = "a block's x range exceeds 4096 rows";
+  return plan;
+}
+
+// "tiles T units U (R rows) blocks B (P/SM) units/block A-B", or "skip: why".
+template <int L, int BLOCKS_PER_SM = 0> std::string streamk_config(const Problem& p) {
+  const StreamkPlan plan = streamk_plan<L, BLOCKS_PER_SM>(p);
+  if (plan.unfit) return std::string("skip: ") + plan.unfit;
+  return "tiles " + std::to_string(plan.tiles) + " units " + std::to_string(plan.units) + " (" + std::to_string(L * kSlices) +
+         " rows) blocks " + std::to_string(plan.blocks) + " (" + std::to_string(plan.per_sm) + "/SM) units/block " +
+         std::to_string(plan.units / plan.blocks) + "-" + std::to_string((plan.units + plan.blocks - 1) / plan.blocks);
+}
+
+template <int L, int BLOCKS_PER_SM = 0> void launch_columns_streamk(const Problem& p, const bf16* w, cudaStream_t st) {
+  const StreamkPlan plan = streamk_plan<L, BLOCKS_PER_SM>(p);
+  if (plan.unfit) {
+    std::fprintf(stderr, "streamk L%d, %dx%d: %s\n", L, p.s.k, p.s.n, plan.unfit);
+    std::exit(1);
+  }
+  columns_streamk_kernel<L><<<plan.blocks, kThreads, 0, st>>>(reinterpret_cast<const uint4*>(w), p.s.n / kVec, p.x, p.y, p.s.n, p.s.k,
+                                                              plan.groups_per_tile, plan.units, p.accum, p.tickets);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1005,10 +1526,15 @@ std::vector<double> reference(const std::vector<uint16_t>& w, const std::vector<
   return y;
 }
 
+// One line per (variant, shape). x20: also time each variant as ember's decode bench does, 20
+// launches per graph cycling through the copies (columns "us x20" and "TB/s x20"; the "harness"
+// section measured that ~0.6 us faster per launch than the graph of each copy once).
 void run_layout(const char* layout, bool rows, const std::vector<Shape>& shapes, const std::vector<Variant>& variants, bf16* pool,
-                size_t pool_bytes, Problem base) {
-  std::printf("\n%s layout%s\n%-22s %13s %9s %8s %8s %9s\n", layout, rows ? " (W [N, K], y = W x)" : " (B [K, N], y = x B)", "variant",
-              "K x N", "us", "TB/s", "speedup", "err");
+                size_t pool_bytes, Problem base, bool x20 = false) {
+  std::printf("\n%s layout%s\n%-22s %13s %9s %8s", layout, rows ? " (W [N, K], y = W x)" : " (B [K, N], y = x B)", "variant", "K x N",
+              "us", "TB/s");
+  if (x20) std::printf(" %9s %8s", "us x20", "TB/s x20");
+  std::printf(" %8s %9s\n", "speedup", "err");
   for (const Shape& s : shapes) {
     Problem p = base;
     p.s = s;
@@ -1029,8 +1555,9 @@ void run_layout(const char* layout, bool rows, const std::vector<Shape>& shapes,
     float base_us = 0.f;
     for (const Variant& v : variants) {
       if (v.applies && !v.applies(s)) continue;
-      if (v.config && v.config(p).rfind("cluster 0 ", 0) == 0) {  // batch_cluster: the x range does not fit
-        std::printf("%-22s %dx%d skipped: a rank's x range exceeds %d rows\n", v.name.c_str(), s.k, s.n, kMaxXRange);
+      const std::string config = v.config ? v.config(p) : "";
+      if (config.rfind("skip: ", 0) == 0) {
+        std::printf("%-22s %dx%d skipped: %s\n", v.name.c_str(), s.k, s.n, config.c_str() + 6);
         continue;
       }
       const auto [err, us] =
@@ -1038,15 +1565,23 @@ void run_layout(const char* layout, bool rows, const std::vector<Shape>& shapes,
       if (base_us == 0.f) base_us = us;
       char shape[32];
       std::snprintf(shape, sizeof shape, "%dx%d", s.k, s.n);
-      std::printf("%-22s %13s %9.2f %8.2f %7.3fx %9.1e%s%s\n", v.name.c_str(), shape, us, bytes / us / 1e6, base_us / us, err,
-                  err > 1e-2 ? " FAIL" : "", v.config ? ("  " + v.config(p)).c_str() : "");
+      std::printf("%-22s %13s %9.2f %8.2f", v.name.c_str(), shape, us, bytes / us / 1e6);
+      if (x20) {
+        const float us20 = time_graph([&](cudaStream_t st) {
+          for (int i = 0; i < 20; ++i) v.launch(p, p.w(i % p.copies), st);
+        }, 20);
+        std::printf(" %9.2f %8.2f", us20, bytes / us20 / 1e6);
+      }
+      std::printf(" %7.3fx %9.1e%s%s%s\n", base_us / us, err, err > 1e-2 ? " FAIL" : "", config.empty() ? "" : "  ", config.c_str());
     }
   }
 }
 
-// Sections: rows, columns (the first round), columns2 (the batch kernels on the mid shapes),
-// columns3 (the small shapes), columns4 (256-thread tiles on mid shapes), columns5 (the same on the
-// 100-470 MB shapes); the arguments name the ones to run, none: all six.
+// Sections: rows, rows2 (long rows, few warps per SM), columns (the first round), columns2 (the
+// batch kernels on the mid shapes), columns3 (the small shapes), columns4 (256-thread tiles on mid
+// shapes), columns5 (the same on the 100-470 MB shapes), columns6 (row tiles on the 100-135 MB
+// shapes), columns7 (load balance on the same shapes: clusters of any size, stream-K), harness
+// (the timing setups); the arguments name the ones to run, none: all of them.
 int main(int argc, char** argv) {
   const auto wanted = [&](const char* section) {
     if (argc == 1) return true;
@@ -1182,6 +1717,52 @@ int main(int argc, char** argv) {
   const std::vector<Shape> column5_shapes = {{4096, 14336}, {3584, 14336}, {14336, 4096},
                                              {14336, 3584}, {8192, 8192},  {28672, 8192}};
   if (wanted("columns5")) run_layout("columns5", false, column5_shapes, column4_variants, pool, pool_bytes, base);
+
+  // Sixth round (session 8, not run yet): the 100-135 MB columns shapes with both sides >= 3584,
+  // which every columns kernel reads at 3.7-3.94 TB/s, the rows layout at 4.05-4.1 (#4 asks for
+  // 3.9): the row-tile kernel (whole row segments of 7-16 KB per block) at about one and two waves
+  // of resident blocks, next to ember's v4/v5 kernel and the batch tiles v9/v11 took. Also timed as
+  // the decode bench times (x20: 20 launches per graph).
+  const auto column4_variant = [&](const std::string& name) {
+    for (const Variant& v : column4_variants)
+      if (v.name == name) return v;
+    std::fprintf(stderr, "no columns4 variant %s\n", name.c_str());
+    std::exit(1);
+  };
+  const std::vector<Variant> column6_variants = {
+      column4_variant("ember columns (v4/v5)"),
+      column4_variant("batch C16 T512 L8 push"),
+      column4_variant("batch C16 T256 L8 push"),
+      {"rowtile L8 1wave", launch_columns_rowtile<8, 1>, nullptr, rowtile_config<8, 1>},
+      {"rowtile L8 2wave", launch_columns_rowtile<8, 2>, nullptr, rowtile_config<8, 2>},
+      {"rowtile L4 1wave", launch_columns_rowtile<4, 1>, nullptr, rowtile_config<4, 1>},
+      {"rowtile L4 2wave", launch_columns_rowtile<4, 2>, nullptr, rowtile_config<4, 2>},
+      {"rowtile L8 1wave c4", launch_columns_rowtile<8, 1, 4>, nullptr, rowtile_config<8, 1, 4>},
+      {"rowtile L8 1wave c8", launch_columns_rowtile<8, 1, 8>, nullptr, rowtile_config<8, 1, 8>},
+      {"rowtile L8 2wave c8", launch_columns_rowtile<8, 2, 8>, nullptr, rowtile_config<8, 2, 8>},
+  };
+  const std::vector<Shape> column6_shapes = {{14336, 4096}, {14336, 3584}, {3584, 14336}, {4096, 14336}, {8192, 8192}};
+  if (wanted("columns6")) run_layout("columns6", false, column6_shapes, column6_variants, pool, pool_bytes, base, true);
+
+  // Seventh round (session 8, not run yet): the same shapes, where the best columns kernels take
+  // 26.41 us x20 on 14336x3584 ("batch C16 T512 L8 push": 224 blocks on 264 resident slots) and
+  // 29.99 on 14336x4096 (ember), against ~25.6 and ~29.0 for a pure streaming read of the bytes:
+  // is the tail of unevenly loaded SMs the gap? The batch kernel in the best-filling cluster of any
+  // size ("balanced"), and the stream-K kernel (every resident block the same rows), next to
+  // ember's kernel and the best batch tile.
+  const std::vector<Variant> column7_variants = {
+      column4_variant("ember columns (v4/v5)"),
+      column4_variant("batch C16 T512 L8 push"),
+      {"balanced C16 T512 L8", launch_columns_balanced<16, 512, 8>, nullptr, balanced_config<16, 512, 8>},
+      {"balanced C16 T256 L8", launch_columns_balanced<16, 256, 8>, nullptr, balanced_config<16, 256, 8>},
+      {"balanced C8 T256 L8", launch_columns_balanced<8, 256, 8>, nullptr, balanced_config<8, 256, 8>},
+      {"balanced C32 T256 L8", launch_columns_balanced<32, 256, 8>, nullptr, balanced_config<32, 256, 8>},
+      {"streamk L8", launch_columns_streamk<8>, nullptr, streamk_config<8>},
+      {"streamk L4", launch_columns_streamk<4>, nullptr, streamk_config<4>},
+      {"streamk L8 2/SM", launch_columns_streamk<8, 2>, nullptr, streamk_config<8, 2>},
+  };
+  const std::vector<Shape> column7_shapes = {{14336, 3584}, {14336, 4096}, {3584, 14336}, {4096, 14336}, {8192, 8192}};
+  if (wanted("columns7")) run_layout("columns7", false, column7_shapes, column7_variants, pool, pool_bytes, base, true);
   // harness (session 7): ember's decode bench times the same kernels 0.5-1.4 us slower per call
   // than this probe (rows 3584x14336: "unpred L4" 25.4 us here, ember 26.8 in bench/decode_bench).
   // The two harnesses differ in the copies (here >= 400 MB in one pool, launched once each; the
