@@ -509,6 +509,32 @@ __global__ void __launch_bounds__(kThreads) rows_multi_kernel(const uint4* __res
   }
 }
 
+// The v4-layout tiles (32 threads x 16 bytes across 256 columns, kSlices slices down a block):
+// each thread's 8 column sums over its slice (acc) summed over the slices in shared memory; thread
+// i < 64 gets columns tile * 256 + 4i .. + 3 (`col`) in s when it owns them (`owns`: col < n, with
+// n % 8 == 0 so 4 columns are in or out together). Every thread of the block calls it.
+__device__ __forceinline__ float4 sum_tile_slices(const float (&acc)[kVec], int tile, int n, int& col, bool& owns) {
+  constexpr int kTile = 32 * kVec;
+  const int col_thread = threadIdx.x % 32, slice = threadIdx.x / 32;
+  __shared__ alignas(16) float sums[kSlices][kTile];
+#pragma unroll
+  for (int j = 0; j < kVec; j += 4)
+    *reinterpret_cast<float4*>(&sums[slice][col_thread * kVec + j]) = make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
+  __syncthreads();
+  const int c4 = threadIdx.x * 4;
+  col = tile * kTile + c4;
+  owns = threadIdx.x < kTile / 4 && col < n;
+  float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (owns) {
+#pragma unroll
+    for (int sl = 0; sl < kSlices; ++sl) {
+      const float4 v = *reinterpret_cast<const float4*>(&sums[sl][c4]);
+      s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+    }
+  }
+  return s;
+}
+
 // columns "split L": v4's layout (32 threads x 16 bytes across a 256-column tile, 8 slices down
 // the block, gridDim.y splits K into ranges of ~L * 8 rows, so each thread has one batch of L
 // loads) with an unpredicated main loop, and the split reduction by 16-byte vector atomics
@@ -520,7 +546,6 @@ template <int L>
 __global__ void __launch_bounds__(kThreads) columns_split_kernel(const uint4* __restrict__ b, int ldb_vec, const bf16* __restrict__ x,
                                                                  bf16* __restrict__ y, int n, int k, int k_per_split,
                                                                  float* __restrict__ accum, unsigned* __restrict__ tickets) {
-  constexpr int kTile = 32 * kVec;
   const int col_thread = threadIdx.x % 32, slice = threadIdx.x / 32;
   const int cv = blockIdx.x * 32 + col_thread;  // this thread's 16-byte column chunk
   const int k_begin = blockIdx.y * k_per_split, k_end = min(k, k_begin + k_per_split);
@@ -562,22 +587,12 @@ __global__ void __launch_bounds__(kThreads) columns_split_kernel(const uint4* __
       }
     }
   }
-  __shared__ alignas(16) float sums[kSlices][kTile];
-#pragma unroll
-  for (int j = 0; j < kVec; j += 4)
-    *reinterpret_cast<float4*>(&sums[slice][col_thread * kVec + j]) = make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
-  __syncthreads();
   // 64 threads each sum 4 consecutive columns over the slices.
   const bool split = gridDim.y > 1;
-  const int c4 = threadIdx.x * 4, col = blockIdx.x * kTile + c4;
-  const bool owns = threadIdx.x < kTile / 4 && col < n;  // n % 8 == 0: 4 columns in or out together
-  float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+  int col;
+  bool owns;
+  const float4 s = sum_tile_slices(acc, blockIdx.x, n, col, owns);
   if (owns) {
-#pragma unroll
-    for (int sl = 0; sl < kSlices; ++sl) {
-      const float4 v = *reinterpret_cast<const float4*>(&sums[sl][c4]);
-      s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
-    }
     if (split) {
       atomicAdd(reinterpret_cast<float4*>(&accum[col]), s);
     } else {
@@ -958,24 +973,10 @@ __device__ bool last_rows_of_tile(unsigned* ticket, int rows, int k) {
 // thread of the block calls it.
 __device__ __forceinline__ void streamk_segment_done(const float (&acc)[kVec], int tile, int rows, int n, int k, bf16* __restrict__ y,
                                                      float* __restrict__ accum, unsigned* __restrict__ tickets) {
-  constexpr int kTile = 32 * kVec;
-  const int col_thread = threadIdx.x % 32, slice = threadIdx.x / 32;
-  __shared__ alignas(16) float sums[kSlices][kTile];
-#pragma unroll
-  for (int j = 0; j < kVec; j += 4)
-    *reinterpret_cast<float4*>(&sums[slice][col_thread * kVec + j]) = make_float4(acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
-  __syncthreads();
   // 64 threads each sum 4 consecutive columns over the slices.
-  const int c4 = threadIdx.x * 4, col = tile * kTile + c4;
-  const bool owns = threadIdx.x < kTile / 4 && col < n;  // n % 8 == 0: 4 columns in or out together
-  float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (owns) {
-#pragma unroll
-    for (int sl = 0; sl < kSlices; ++sl) {
-      const float4 v = *reinterpret_cast<const float4*>(&sums[sl][c4]);
-      s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
-    }
-  }
+  int col;
+  bool owns;
+  const float4 s = sum_tile_slices(acc, tile, n, col, owns);
   if (rows == k) {
     if (owns) *reinterpret_cast<uint2*>(y + col) = make_uint2(bf16x2_bits(s.x, s.y), bf16x2_bits(s.z, s.w));
     __syncthreads();  // the owners have read `sums` before the block's next segment overwrites it
