@@ -658,7 +658,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kGateUpBlocksPerSm<WT>) gate_u
 // Why: the FFMA kernel above spends ~3 instructions per FP8 weight (convert to f16, widen to f32,
 // FMA) and ~2.5 per bf16 weight; here 16 conversions + 4 HMMA per 32 FP8 weights, and 16-bit
 // weights enter the mma as loaded. FP8: the 768 blocks of Qwen3-30B's T = 1 grid (128 threads,
-// <= 64 registers) are one wave, where the FFMA kernel (4 blocks of 256 per SM) took 1.45.
+// 80 registers, 6 blocks per SM) are one wave, where the FFMA kernel (4 blocks of 256) took 1.45.
 // Numerics: FP8 weights convert exactly to f16 (cvt e4m3x2 -> f16x2). x is staged as f16, each
 // 128 elements divided by the power of two that brings their largest |x| into [1, 2) (kept as an
 // f32 scale), so no bf16 x overflows f16 and the products keep x's leading bits exactly; each
@@ -707,10 +707,10 @@ template <class T> __device__ void stage_x_f16(const T* x, __half* xs, float* sc
 }
 
 // This warp's part of channel g's gate and up dot products (thread (g, q) of the mma layout):
-// steps [s_begin, s_end) of the rows g_row and u_row (16-byte aligned, `steps` whole 64-byte
-// steps), against x staged in shared memory (xs: f16 for FP8 weights with x_scale per 128
-// elements, else x's own type). g_scales / u_scales: the rows' 128x128 block scales (FP8, else
-// null), one per 128 elements, g_step / u_step apart.
+// steps [s_begin, s_end) of the rows g_row and u_row (16-byte aligned, whole 64-byte steps),
+// against x staged in shared memory (xs: f16 for FP8 weights with x_scale per 128 elements, else
+// x's own type). g_scales / u_scales: the rows' 128x128 block scales (FP8, else null), one per
+// 128 elements, g_step / u_step apart.
 template <class WT, class AB>
 __device__ __forceinline__ void gate_up_mma_steps(const AB* xs, const float* x_scale, const WT* g_row, const WT* u_row, int s_begin,
                                                   int s_end, const float* g_scales, int g_step, const float* u_scales,
@@ -949,8 +949,8 @@ __global__ void __launch_bounds__(kDownMaxWarps * 32, 2) down_decode_kernel(Deco
   }
 }
 
-// Down on tensor cores (v6), for 16-bit and FP8 weights whose rows (inter, and the shared
-// expert's s_inter) are whole 64-byte steps. Block (o, t): outputs n0 = 4o .. 4o + 3 of token t;
+// Down on tensor cores (v6), for FP8 weights whose rows (inter, and the shared expert's s_inter,
+// in x's 16-bit type) are whole 64-byte steps. Block (o, t): outputs n0 = 4o .. 4o + 3 of token t;
 // its kDownMmaWarps warps split the rows' steps. The token's pairs are an mma's columns, 8 at a
 // time: A's row g is down row n0 (second mma: n0 + 2) of pair g's expert and row g + 8 its row
 // n0 + 1 (n0 + 3); B's column g is pair g's row of h, shared by both mmas. The wanted products
@@ -970,7 +970,7 @@ constexpr int kDownMmaWarps = 4;
 constexpr int kDownMmaThreads = kDownMmaWarps * 32;
 constexpr int kDownMmaOutputs = 4;  // outputs per block: rows n0 .. n0 + 3, two per mma
 // 64-byte steps per row per batch of loads: FP8 3 (12 weight and 6 h loads of 16 bytes per lane,
-// 126 registers), 16-bit 2 (3 spilled at 128 registers).
+// 126 registers); the shared expert's 16-bit rows 2 (3 spilled at 128 registers).
 template <class WT> constexpr int kDownMmaSteps = sizeof(WT) == 1 ? 3 : 2;
 
 /// The mma down takes FP8 weights (with x's 16-bit type): for 16-bit weights down_decode_kernel
@@ -979,8 +979,8 @@ template <class WT> constexpr int kDownMmaSteps = sizeof(WT) == 1 ? 3 : 2;
 template <class T, class WT> constexpr bool kDownOnTensorCores = sizeof(T) == 2 && std::is_same_v<WT, E4m3>;
 
 // This warp's steps [s_begin, s_end) of rows n0 .. n0 + 3 (`first` is row n0, rows `rs` apart,
-// 16-byte aligned; rows past `last` repeat it) against h_row, as
-// the mma layout above, into run[0] (rows 0, 1) and run[1] (rows 2, 3). FP8 weights are converted
+// 16-byte aligned; rows past `last` repeat it) against h_row, as the mma layout above, into
+// run[0] (rows 0, 1) and run[1] (rows 2, 3). FP8 weights are converted
 // to AB, h's type; each step's sums are multiplied by the rows' 128x128 block scale when
 // `block_scales` is given (one per 128 elements, scale_step apart). When `wait`, the previous
 // kernel (h's writer) is waited for after the first batch of weight loads is issued.
