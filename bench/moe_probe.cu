@@ -36,11 +36,13 @@
 //
 // Build and run on the GPU machine (no CMake needed):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/moe_probe.cu -o /tmp/moe_probe && /tmp/moe_probe
+// ("/tmp/moe_probe fp8down": only session 8's FP8 down access patterns, described above them)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <random>
+#include <string>
 
 #include "probe_bf16.cuh"
 #include "probe_timing.cuh"
@@ -425,6 +427,81 @@ __global__ void __launch_bounds__(256) chain_down_kernel(const uint4* __restrict
   }
 }
 
+// ---- fp8down (session 8): why ember's down_mma_kernel reads FP8 at ~26% of DRAM bandwidth -------
+// ncu put ember's FP8 down (12.6 MB at T = 1: 8 experts' [2048, 768] e4m3 rows) at 9.5-10.2 us,
+// gate_up_mma at 11.6-12.7 us for twice the bytes. These kernels read the same bytes in three
+// patterns, XOR only (no h, no mma), one launch per choice of 8 experts:
+//   mma pattern   ember's: 512 blocks of 4 warps, block o = outputs 4o..4o+3 of the 8 experts, warp
+//                 w a quarter of each row; thread (g, q) loads 16-byte chunk q of each 64-byte step
+//                 of expert g's 4 rows (a warp instruction: 8 rows x 64 bytes), 12 loads per
+//                 lane issued together. "ids" reads the experts from global memory first (a
+//                 dependent L2 load, as ember reads the router's ids), else from the parameters.
+//   row pattern   the same blocks and bytes, but thread t of the block loads chunks t, t + 128, ...
+//                 of the block's 8 contiguous 3 KB regions (a warp instruction: 512 contiguous
+//                 bytes of one expert's rows).
+//   stream        the 8 matrices as one list of 16-byte chunks, grid-stride, L loads per thread.
+// If the row pattern is much faster than the mma pattern, the 64-byte pieces cost DRAM efficiency
+// and the mma kernels should stage rows through shared memory (or ldmatrix); if both are as slow,
+// the one wave's latency chain is the limit.
+// Measured (H200, session 8, graph timing): mma pattern 4.21 us (2.99 TB/s), with ids 4.23, row
+// pattern 4.41, stream L4 at 2/4/8 blocks per SM 4.92/4.42/4.16. The access pattern and the ids
+// cost nothing: ember's down_mma (9.5-10.2 us under ncu, ~2 us of which ncu adds) loses its time
+// after the weights arrive (the wait for gate_up, h's L2 round trip, the conversions, the block
+// reduction), not in how it reads them.
+constexpr size_t kFp8DownRowChunks = kInter / 16;                                    // 48 per row
+constexpr size_t kFp8DownExpertChunks = kHidden * kFp8DownRowChunks;                // 1.5 MB per expert
+template <bool IDS>
+__global__ void __launch_bounds__(128, 4) fp8_down_mma_pattern(const uint4* __restrict__ down, Chosen c, const int* __restrict__ ids,
+                                                                unsigned* __restrict__ out) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
+  const int n0 = blockIdx.x * 4, s0 = warp * 3;  // 12 steps of 64 bytes per row, 3 per warp
+  const int e = IDS ? __ldcg(ids + g) : c.experts[g];
+  const uint4* base = down + e * kFp8DownExpertChunks + static_cast<size_t>(n0) * kFp8DownRowChunks + q;
+  uint4 v[4][3];
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int l = 0; l < 3; ++l) v[r][l] = base[r * kFp8DownRowChunks + 4 * (s0 + l)];
+  unsigned acc = 0;
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int l = 0; l < 3; ++l) acc ^= v[r][l].x ^ v[r][l].y ^ v[r][l].z ^ v[r][l].w;
+  if (acc == 0x12345678u) out[0] = acc;  // keeps the loads; practically never true
+}
+
+__global__ void __launch_bounds__(128, 4) fp8_down_row_pattern(const uint4* __restrict__ down, Chosen c, unsigned* __restrict__ out) {
+  constexpr int kRegion = 4 * kFp8DownRowChunks;  // one expert's 4 rows: 192 chunks, 3 KB
+  const int n0 = blockIdx.x * 4;
+  uint4 v[12];
+#pragma unroll
+  for (int i = 0; i < 12; ++i) {
+    const int idx = threadIdx.x + 128 * i, region = idx / kRegion;
+    v[i] = down[c.experts[region] * kFp8DownExpertChunks + static_cast<size_t>(n0) * kFp8DownRowChunks + idx % kRegion];
+  }
+  unsigned acc = 0;
+#pragma unroll
+  for (int i = 0; i < 12; ++i) acc ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
+  if (acc == 0x12345678u) out[0] = acc;
+}
+
+template <int L>
+__global__ void __launch_bounds__(256) fp8_down_stream(const uint4* __restrict__ down, Chosen c, unsigned* __restrict__ out) {
+  const size_t total = kTopK * kFp8DownExpertChunks, stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  unsigned acc = 0;
+  for (size_t i0 = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i0 < total; i0 += L * stride) {
+    uint4 v[L];
+#pragma unroll
+    for (int u = 0; u < L; ++u) {
+      const size_t i = i0 + u * stride;
+      v[u] = i < total ? down[c.experts[i / kFp8DownExpertChunks] * kFp8DownExpertChunks + i % kFp8DownExpertChunks] : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < L; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if (acc == 0x12345678u) out[0] = acc;
+}
+
 // launch with the programmatic-serialization attribute when `pdl`.
 template <class... Params, class... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t s, bool pdl, Args... args) {
@@ -450,10 +527,14 @@ void report(const char* name, float us, size_t bytes = kLaunchBytes) {
   std::printf("%-22s %8.2f us %6.2f TB/s\n", name, us, bytes / us / 1e6);
 }
 
-int main() {
+void run_fp8_down(const uint4* down, const std::vector<Chosen>& choices, unsigned* out, int sms);
+
+// Arguments: "fp8down" runs only that section (session 8); none: every section.
+int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   CHECK(cudaGetDeviceProperties(&prop, 0));
   const int sms = prop.multiProcessorCount;
+  const bool only_fp8_down = argc > 1 && std::string(argv[1]) == "fp8down";
   uint4 *w = nullptr, *x = nullptr;
   float* h = nullptr;
   CHECK(cudaMalloc(&w, kExperts * kExpertBytes));
@@ -472,8 +553,13 @@ int main() {
     std::shuffle(all.begin(), all.end(), rng);
     std::copy(all.begin(), all.begin() + kTopK, c.experts);
   }
-  std::printf("%s, %d SMs; Qwen3-30B-A3B gate_up at T = 1: %zu MB per launch\n", prop.name, sms, kLaunchBytes >> 20);
   const auto out = reinterpret_cast<unsigned*>(h);
+  if (only_fp8_down) {
+    std::printf("%s, %d SMs\n", prop.name, sms);
+    run_fp8_down(down, choices, out, sms);
+    return 0;
+  }
+  std::printf("%s, %d SMs; Qwen3-30B-A3B gate_up at T = 1: %zu MB per launch\n", prop.name, sms, kLaunchBytes >> 20);
   for (int blocks_per_sm : {4, 8, 16}) {
     char name[64];
     std::snprintf(name, sizeof name, "stream L4 %d/SM", blocks_per_sm);
@@ -600,4 +686,26 @@ int main() {
   CHECK(cudaFree(x));
   CHECK(cudaFree(h));
   return 0;
+}
+
+void run_fp8_down(const uint4* down, const std::vector<Chosen>& choices, unsigned* out, int sms) {
+  constexpr size_t kBytes = kTopK * kFp8DownExpertChunks * 16;
+  std::printf("fp8down: Qwen3-30B-A3B FP8 down at T = 1, %.1f MB per launch\n", kBytes / 1e6);
+  int* ids = nullptr;  // each choice's experts, for the "ids" variant
+  CHECK(cudaMalloc(&ids, choices.size() * kTopK * sizeof(int)));
+  for (size_t i = 0; i < choices.size(); ++i)
+    CHECK(cudaMemcpy(ids + i * kTopK, choices[i].experts, kTopK * sizeof(int), cudaMemcpyHostToDevice));
+  const unsigned blocks = kHidden / 4;
+  report("mma pattern", time_choices([&](cudaStream_t s, const Chosen& c) { fp8_down_mma_pattern<false><<<blocks, 128, 0, s>>>(down, c, nullptr, out); }, choices), kBytes);
+  size_t next = 0;  // the choices come in order: each launch reads its own ids
+  report("mma pattern ids", time_choices([&](cudaStream_t s, const Chosen& c) {
+    fp8_down_mma_pattern<true><<<blocks, 128, 0, s>>>(down, c, ids + (next++ % choices.size()) * kTopK, out);
+  }, choices), kBytes);
+  report("row pattern", time_choices([&](cudaStream_t s, const Chosen& c) { fp8_down_row_pattern<<<blocks, 128, 0, s>>>(down, c, out); }, choices), kBytes);
+  for (int per_sm : {2, 4, 8}) {
+    char name[48];
+    std::snprintf(name, sizeof name, "stream L4 %d/SM", per_sm);
+    report(name, time_choices([&](cudaStream_t s, const Chosen& c) { fp8_down_stream<4><<<per_sm * sms, 256, 0, s>>>(down, c, out); }, choices), kBytes);
+  }
+  CHECK(cudaFree(ids));
 }
