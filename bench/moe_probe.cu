@@ -57,10 +57,10 @@ struct Chosen {
   int experts[kTopK];
 };
 
-// stream: the 16 matrices as one list of 16-byte chunks.
-template <int L>
+// stream: the chosen experts' matrices (gate_up's by default: 16 matrices) as one list of 16-byte
+// chunks, kChunksPerExpert per expert.
+template <int L, size_t kChunksPerExpert = kExpertBytes / 16>
 __global__ void __launch_bounds__(256) stream_kernel(const uint4* __restrict__ w, Chosen c, unsigned* __restrict__ out) {
-  constexpr size_t kChunksPerExpert = kExpertBytes / 16;
   const size_t total = kTopK * kChunksPerExpert, stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   unsigned acc = 0;
   for (size_t i0 = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i0 < total; i0 += L * stride) {
@@ -439,7 +439,8 @@ __global__ void __launch_bounds__(256) chain_down_kernel(const uint4* __restrict
 //   row pattern   the same blocks and bytes, but thread t of the block loads chunks t, t + 128, ...
 //                 of the block's 8 contiguous 3 KB regions (a warp instruction: 512 contiguous
 //                 bytes of one expert's rows).
-//   stream        the 8 matrices as one list of 16-byte chunks, grid-stride, L loads per thread.
+//   stream        the 8 matrices as one list of 16-byte chunks, grid-stride, L loads per thread
+//                 (stream_kernel with the FP8 down matrix size).
 // If the row pattern is much faster than the mma pattern, the 64-byte pieces cost DRAM efficiency
 // and the mma kernels should stage rows through shared memory (or ldmatrix); if both are as slow,
 // the one wave's latency chain is the limit.
@@ -482,23 +483,6 @@ __global__ void __launch_bounds__(128, 4) fp8_down_row_pattern(const uint4* __re
   unsigned acc = 0;
 #pragma unroll
   for (int i = 0; i < 12; ++i) acc ^= v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
-  if (acc == 0x12345678u) out[0] = acc;
-}
-
-template <int L>
-__global__ void __launch_bounds__(256) fp8_down_stream(const uint4* __restrict__ down, Chosen c, unsigned* __restrict__ out) {
-  const size_t total = kTopK * kFp8DownExpertChunks, stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  unsigned acc = 0;
-  for (size_t i0 = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i0 < total; i0 += L * stride) {
-    uint4 v[L];
-#pragma unroll
-    for (int u = 0; u < L; ++u) {
-      const size_t i = i0 + u * stride;
-      v[u] = i < total ? down[c.experts[i / kFp8DownExpertChunks] * kFp8DownExpertChunks + i % kFp8DownExpertChunks] : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < L; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
   if (acc == 0x12345678u) out[0] = acc;
 }
 
@@ -705,7 +689,7 @@ void run_fp8_down(const uint4* down, const std::vector<Chosen>& choices, unsigne
   for (int per_sm : {2, 4, 8}) {
     char name[48];
     std::snprintf(name, sizeof name, "stream L4 %d/SM", per_sm);
-    report(name, time_choices([&](cudaStream_t s, const Chosen& c) { fp8_down_stream<4><<<per_sm * sms, 256, 0, s>>>(down, c, out); }, choices), kBytes);
+    report(name, time_choices([&](cudaStream_t s, const Chosen& c) { stream_kernel<4, kFp8DownExpertChunks><<<per_sm * sms, 256, 0, s>>>(down, c, out); }, choices), kBytes);
   }
   CHECK(cudaFree(ids));
 }
