@@ -977,6 +977,10 @@ template <class WT> constexpr int kDownMmaSteps = sizeof(WT) == 1 ? 3 : 2;
 /// was faster (Qwen3-30B bf16, H200, same call: T = 1 26.7 vs 28.6 us, T = 8 146 vs 152 us), for
 /// FP8 slower (T = 1 20.3 vs 19.2 us, T = 8 108 vs 104 us).
 template <class T, class WT> constexpr bool kDownOnTensorCores = sizeof(T) == 2 && std::is_same_v<WT, E4m3>;
+/// ... and only when each token has at least kDownMmaMinTopK pairs: at top-4 (LFM2-8B-A1B, FP8,
+/// same call) down_decode_kernel won (T = 1 22.7 vs 24.5 us, T = 8 109 vs 123 us), at top-8
+/// (Qwen3-30B, Qwen3.5-35B) down_mma (Qwen3-30B T = 1 19.2 vs 20.2, T = 8 104 vs 108).
+constexpr int kDownMmaMinTopK = 8;
 
 // This warp's steps [s_begin, s_end) of rows n0 .. n0 + 3 (`first` is row n0, rows `rs` apart,
 // 16-byte aligned; rows past `last` repeat it) against h_row, as the mma layout above, into
@@ -1393,7 +1397,7 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
           if (!mma) launch_dependent(gate_up_decode_kernel<T, WT>, gu_grid, kDecodeThreads, x_row_bytes, stream, pdl, a);
           bool down_mma = false;
           if constexpr (kDownOnTensorCores<T, WT>) {
-            down_mma = inter * static_cast<int64_t>(sizeof(WT)) % kMmaStepBytes == 0 &&
+            down_mma = k >= kDownMmaMinTopK && inter * static_cast<int64_t>(sizeof(WT)) % kMmaStepBytes == 0 &&
                        (!shared || s_inter * static_cast<int64_t>(sizeof(T)) % kMmaStepBytes == 0);
             const dim3 grid(static_cast<unsigned>((hidden + kDownMmaOutputs - 1) / kDownMmaOutputs), static_cast<unsigned>(t));
             if (down_mma) launch_dependent(down_mma_kernel<T, WT>, grid, kDownMmaThreads, 0, stream, pdl, a);

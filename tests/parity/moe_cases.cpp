@@ -122,10 +122,11 @@ struct LayerConfig {
   bool split = false;        // gate and up as two tensors (FP8 block scales of each, any intermediate size)
   int64_t down_pad = 0;      // down stored [E, H, I + pad] and narrowed: 16-byte rows for an I that is not a multiple of 8
   bool force_decode = false;  // EMBER_MOE_PATH=decode: the decode kernels where the size rule picks the grouped path
+  int64_t shared_inter = 48;  // the shared expert's intermediate size
 };
 LayerConfig config(int64_t t, int64_t h, int64_t e, int64_t inter, int64_t k, DType dt = kBFloat16) { return {t, h, e, inter, k, dt}; }
 LayerConfig lfm2(int64_t t) { return {t, 192, 8, 112, 2, kBFloat16, MoeScoring::Sigmoid, true}; }
-LayerConfig with_shared(LayerConfig c) { c.shared = true; return c; }
+LayerConfig with_shared(LayerConfig c, int64_t inter = 48) { c.shared = true; c.shared_inter = inter; return c; }
 LayerConfig with_fp8(LayerConfig c) { c.fp8 = true; return c; }
 LayerConfig split_fp8(LayerConfig c) { c.fp8 = c.split = true; return c; }
 LayerConfig with_down_pad(LayerConfig c, int64_t pad) { c.down_pad = pad; return c; }
@@ -184,8 +185,8 @@ std::vector<Tensor> layer_case(Device d, const LayerConfig& c, uint64_t seed) {
   }
   ex.down = ex.down.narrow(2, 0, c.inter);
   if (c.shared) {
-    o.shared = MoeSharedExpert{(randn_on(d, {2 * 48, c.h}, kFloat32, seed + 5) * Scalar(0.05)).to(c.dt),
-                               (randn_on(d, {c.h, 48}, kFloat32, seed + 6) * Scalar(0.05)).to(c.dt),
+    o.shared = MoeSharedExpert{(randn_on(d, {2 * c.shared_inter, c.h}, kFloat32, seed + 5) * Scalar(0.05)).to(c.dt),
+                               (randn_on(d, {c.h, c.shared_inter}, kFloat32, seed + 6) * Scalar(0.05)).to(c.dt),
                                (randn_on(d, {1, c.h}, kFloat32, seed + 7) * Scalar(0.05)).to(c.dt)};
   }
   return {moe_layer(x, router, ex, o)};
@@ -384,5 +385,9 @@ EMBER_PARITY_CASE(moe_layer_t1_bf16_i100, { return layer_case(d, with_down_pad(c
 // The tensor-core decode kernels on Qwen3-30B's FP8 shapes: H 2048 (gate_up: 8 steps per warp,
 // two whole batches), I 768 (down: 3 steps per warp, one batch).
 EMBER_PARITY_CASE(moe_layer_t1_qwen3_shapes_fp8, { return layer_case(d, with_fp8(config(1, 2048, 16, 768, 8)), 82); });
+// FP8 top-8 with a shared expert whose rows are whole 64-byte steps (I = 64): down_mma's shared
+// expert group (rows of x's type, column 0), at T = 1 and with two tokens.
+EMBER_PARITY_CASE(moe_layer_t1_fp8_top8_shared_i64, { return layer_case(d, with_shared(with_fp8(config(1, 256, 16, 128, 8)), 64), 83); });
+EMBER_PARITY_CASE(moe_layer_t2_fp8_top8_shared_i64, { return layer_case(d, with_shared(with_fp8(config(2, 256, 16, 128, 8)), 64), 84); });
 
 }  // namespace ember::test
