@@ -64,7 +64,8 @@
 //       168 -> 117; T=16 368 -> 270 / 323 -> 224. ncu at T=1 FP8: gate_up 13.4 us (DRAM 39%),
 //       down 9.8 us (27%): both still far from HBM speed.
 //   v6 (session 8; Qwen3-30B-A3B, H200, torch in the same run): gate_up on tensor cores for
-//       16-bit and FP8 weights, down on tensor cores for FP8 (gate_up_mma_kernel, down_mma_kernel),
+//       16-bit and FP8 weights, down on tensor cores for FP8 at top-k >= 8 (gate_up_mma_kernel,
+//       down_mma_kernel; kDownMmaMinTopK has the top-4 numbers),
 //       and the router launched as a dependent of the kernel before it (it requests its weight rows
 //       into L2 before the wait). T=1 bf16 28.6 -> 27.1 us, FP8 22.8 -> 19.4; T=8 bf16 151 -> 146,
 //       FP8 117 -> 103 (2.51x torch); all 36 layer cases (T 1..64) faster than torch, geomean
@@ -80,6 +81,8 @@
 //     share of the pair's rows) so down would read from L2: T=1 bf16 +4.7 us, FP8 +2.4 us.
 //   - down's grid token-major (blocks of one output group for all tokens together): T=8 bf16
 //     146 -> 159 us, FP8 unchanged; T=16 within 2%.
+//   - down_mma with one mma set per block (2 outputs: 1024 blocks at 8 per SM, 64 registers):
+//     T=1 bf16 26.7 -> 31.7 us (against the FFMA down), FP8 19.2 -> 21.0.
 //   Rejected, measured at 11ca45d (code on branch moe-dedup-decode and in that commit):
 //   - v4, T > 1 reading each distinct expert once (the router's last block grouped the pairs by
 //     expert; gate_up kept 4 or 8 pairs' sums per channel in registers, down walked the distinct
