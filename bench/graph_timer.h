@@ -6,7 +6,9 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -61,15 +63,21 @@ inline double time_graph(const std::vector<std::function<void()>>& calls, int re
   return times[replays / 2];
 }
 
-/// max |gpu - reference| / max |reference| (reference on any device).
+/// max |gpu - reference| / max |reference| over the finite values (reference on any device);
+/// infinity when a value is NaN or infinite on one side only or the two differ in infinity. Until
+/// session 8 a NaN on either side dropped out of the maxima (std::max keeps its first argument
+/// against NaN), so an all-NaN result could read as 0.
 inline double relative_error(const Tensor& gpu, const Tensor& reference) {
   const auto g = gpu.to(Device::cpu()).to(kFloat64).contiguous().to_vector<double>();
   const auto c = reference.to(Device::cpu()).to(kFloat64).contiguous().to_vector<double>();
   double err = 0, scale = 0;
   for (size_t i = 0; i < g.size(); ++i) {
+    if (g[i] == c[i] || (std::isnan(g[i]) && std::isnan(c[i]))) continue;  // equal, the same infinity, or both NaN
+    if (!std::isfinite(g[i]) || !std::isfinite(c[i])) return std::numeric_limits<double>::infinity();
     err = std::max(err, std::abs(g[i] - c[i]));
-    scale = std::max(scale, std::abs(c[i]));
   }
+  for (double v : c)
+    if (std::isfinite(v)) scale = std::max(scale, std::abs(v));
   return err / std::max(scale, 1e-30);
 }
 
