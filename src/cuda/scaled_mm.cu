@@ -297,7 +297,11 @@ void launch_mma_gemv(const Tensor& a, const Tensor& b, const Tensor& sa, const T
 // widened to f32, FFMA against x staged as f32) took 24.9 us: FMA-bound, dropped.
 constexpr int kStagedMaxK = 16384;  // x as f16 (+ the fast kernel's chunk scales) within 48 KB
 
-// Two e4m3 bytes (the low 16 bits of `pair`) -> f16x2 by the conversion instruction.
+// Two e4m3 bytes (the low 16 bits of `pair`) -> f16x2 by the conversion instruction. The M = 1
+// kernels below keep this and their own `asm volatile` mma rather than cuda/mma.cuh's
+// decode_fp8x2 / mma16816 (same instructions): with those, ptxas allocated registers differently
+// (session 8, sm_90a: fp8_mma16_gemv<4> 64 -> 68, 4 -> 3 blocks per SM), and these kernels'
+// measured times rest on their current allocation.
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t pair) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
   return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
