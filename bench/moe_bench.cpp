@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,18 @@ void print(const std::string& op, const std::string& c, double us, double gbytes
   fmt::print("{{\"impl\": \"ember\", \"op\": \"{}\", \"case\": \"{}\", \"us\": {:.3f}, \"gbps\": {:.1f}, \"rel_err\": {:.2e}}}\n", op, c,
              us, gbytes / us * 1e3, err);
   std::fflush(stdout);
+}
+
+bool all_finite(const Tensor& t) {
+  for (const float v : t.to(Device::cpu()).to(kFloat32).contiguous().to_vector<float>())
+    if (!std::isfinite(v)) return false;
+  return true;
+}
+
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (const float v : t.to(Device::cpu()).to(kFloat32).contiguous().to_vector<float>()) m = std::max(m, std::fabs(static_cast<double>(v)));
+  return m;
 }
 
 MoeExperts to_cpu(const MoeExperts& e) {
@@ -83,7 +96,15 @@ void bench_model(const Model& m, bool fp8, const std::vector<int64_t>& tokens) {
         MoeLayerOptions oc = o;
         if (o.route.expert_bias) oc.route.expert_bias = o.route.expert_bias->to(Device::cpu());
         if (o.shared) oc.shared = MoeSharedExpert{o.shared->gate_up.to(Device::cpu()), o.shared->down.to(Device::cpu()), o.shared->gate.to(Device::cpu())};
-        err = bench::relative_error(moe_layer(xs[0], router, ex, o), moe_layer(xs[0].to(Device::cpu()), router.to(Device::cpu()), to_cpu(ex), oc));
+        const Tensor got = moe_layer(xs[0], router, ex, o), want = moe_layer(xs[0].to(Device::cpu()), router.to(Device::cpu()), to_cpu(ex), oc);
+        err = bench::relative_error(got, want);
+        // relative_error lets NaN match NaN; a layer's output has none, so any is an error. An
+        // all-zero reference would make any error 0: reported as NaN (Qwen3.5's rows read exactly 0).
+        if (!all_finite(got) || !all_finite(want)) err = std::numeric_limits<double>::infinity();
+        if (max_abs(want) == 0) {
+          err = std::numeric_limits<double>::quiet_NaN();
+          fmt::print(stderr, "{}: the CPU reference is all zero (GPU max |out| {})\n", c, max_abs(got));
+        }
       }
       // Bytes the layer must read at least: the distinct experts of one call (expected count
       // for uniform routing), the router, the shared expert.

@@ -122,6 +122,7 @@ struct LayerConfig {
   bool split = false;        // gate and up as two tensors (FP8 block scales of each, any intermediate size)
   int64_t down_pad = 0;      // down stored [E, H, I + pad] and narrowed: 16-byte rows for an I that is not a multiple of 8
   bool force_decode = false;  // EMBER_MOE_PATH=decode: the decode kernels where the size rule picks the grouped path
+  bool rowwise = false;       // FP8 with one scale per expert row ([E, N]) instead of 128x128 blocks
   int64_t shared_inter = 48;  // the shared expert's intermediate size
 };
 LayerConfig config(int64_t t, int64_t h, int64_t e, int64_t inter, int64_t k, DType dt = kBFloat16) { return {t, h, e, inter, k, dt}; }
@@ -131,6 +132,7 @@ LayerConfig with_fp8(LayerConfig c) { c.fp8 = true; return c; }
 LayerConfig split_fp8(LayerConfig c) { c.fp8 = c.split = true; return c; }
 LayerConfig with_down_pad(LayerConfig c, int64_t pad) { c.down_pad = pad; return c; }
 LayerConfig forced_decode(LayerConfig c) { c.force_decode = true; return c; }
+LayerConfig rowwise_fp8(LayerConfig c) { c.fp8 = c.rowwise = true; return c; }
 
 // Sets EMBER_MOE_PATH for its lifetime and restores the previous value (the CPU ignores it).
 class ScopedMoePath {
@@ -157,6 +159,12 @@ std::pair<Tensor, Tensor> fp8_block(Device d, const Tensor& w) {
   return {q.to(d), s.to(d)};
 }
 
+// FP8 codes of w [E, N, K] with one scale per row, [E, N].
+std::pair<Tensor, Tensor> fp8_rows(Device d, const Tensor& w) {
+  const auto [q, s] = quantize_fp8(w.to(Device::cpu()).contiguous(), Fp8Granularity::Rowwise);
+  return {q.to(d), s.squeeze(2).to(d)};
+}
+
 std::vector<Tensor> layer_case(Device d, const LayerConfig& c, uint64_t seed) {
   std::optional<ScopedMoePath> path;
   if (c.force_decode) path.emplace("decode");
@@ -171,14 +179,16 @@ std::vector<Tensor> layer_case(Device d, const LayerConfig& c, uint64_t seed) {
   // The padding columns hold values too: nothing may read them.
   const Tensor down_padded = randn_on(d, {c.e, c.h, c.inter + c.down_pad}, kFloat32, seed + 4) * Scalar(0.05);
   if (c.fp8) {
-    if (c.split) {
+    if (c.rowwise) {
+      std::tie(ex.gate_up, ex.gate_up_scale) = fp8_rows(d, gate_up);
+    } else if (c.split) {
       std::tie(ex.gate, ex.gate_scale) = fp8_block(d, gate_up.narrow(1, 0, c.inter));
       std::tie(ex.up, ex.up_scale) = fp8_block(d, gate_up.narrow(1, c.inter, c.inter));
     } else {
       std::tie(ex.gate_up, ex.gate_up_scale) = fp8_block(d, gate_up);
     }
     // The scales of the padded matrix: as many 128-column blocks as I when the pad stays in the last block.
-    std::tie(ex.down, ex.down_scale) = fp8_block(d, down_padded);
+    std::tie(ex.down, ex.down_scale) = c.rowwise ? fp8_rows(d, down_padded) : fp8_block(d, down_padded);
   } else {
     ex.gate_up = gate_up.to(c.dt);
     ex.down = down_padded.to(c.dt);
@@ -395,5 +405,10 @@ EMBER_PARITY_CASE(moe_layer_t2_fp8_top8_shared_i64, { return layer_case(d, with_
 // result also gave before bench::relative_error counted NaN.
 EMBER_PARITY_CASE(moe_layer_t1_e256_top8_shared_bf16, { return layer_case(d, with_shared(config(1, 256, 256, 64, 8), 64), 85); });
 EMBER_PARITY_CASE(moe_layer_t1_e256_top8_shared_fp8, { return layer_case(d, with_shared(with_fp8(config(1, 256, 256, 128, 8)), 64), 86); });
+
+// FP8 experts with one scale per row ([E, 2I] for gate_up, [E, H] for down; every layer case
+// above uses 128x128 blocks): the mma gate_up and down at T = 1 with a shared expert, and T = 2.
+EMBER_PARITY_CASE(moe_layer_t1_fp8_rowwise_shared, { return layer_case(d, with_shared(rowwise_fp8(config(1, 256, 16, 128, 8)), 64), 89); });
+EMBER_PARITY_CASE(moe_layer_t2_fp8_rowwise_i96, { return layer_case(d, rowwise_fp8(config(2, 512, 16, 96, 4)), 92); });
 
 }  // namespace ember::test
