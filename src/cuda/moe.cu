@@ -76,6 +76,24 @@
 //       T=8 104 vs 112; bf16 with the FFMA down T=1 26.7 vs 27.6, T=8 146 vs 150).
 //       ncu (FP8, T=1): gate_up_mma 11.6-12.7 us (DRAM 42-46%), down_mma 9.5-10.2 us (26%): still
 //       far from HBM speed. (this)
+//   Rejected in session 9 (branch moe-fused-cluster, a2cb739; every number from one build per
+//   call, Qwen3-30B-A3B, the two-kernel layer in the same call; docs/perf-runs/2026-11-30-s9-*):
+//   - v7, gate_up and down in one kernel: a thread-block cluster of 8 blocks owns 64 channels of
+//     a pair, each block requests its share of those channels' down columns at its start, computes
+//     its 8 channels' h as gate_up_mma_kernel, swaps h with the cluster through distributed shared
+//     memory, then multiplies its down rows; a second kernel adds the partial sums. The down share
+//     in shared memory (cp.async, 16 KB FP8 / 32 KB bf16 per block): T=1 bf16 46 us, FP8 39 (two
+//     kernels 26.8 / 19.3), slower at every T 1..8 for all three models (T=8 bf16 205 vs 145).
+//     The down share prefetched into L2 instead (cp.async.bulk.prefetch.L2, 4 KB of shared
+//     memory): 49.6 / 40.3 us (26.6 / 19.1). Cluster sizes 2-16 within 10%; without the down part
+//     39.7 / 24.7 us, without gate_up 28.6 / 27.8 (bf16 and FP8 alike): the time does not follow
+//     the bytes, so the structure costs it; which part (cluster scheduling: ncu gave 92 clusters
+//     resident of the 96 of the T=1 grid; the cluster barriers, compiled with MEMBAR.ALL.GPU; the
+//     partial-sum pass, 5 us in ncu) was not isolated. ncu (bf16, T=1): 38-39 us at DRAM 42%.
+//   - The two-kernel gate_up_mma with 33 KB more shared memory per block (the v7 footprint): T=1
+//     bf16 26.8 -> 30.0 us, FP8 19.3 -> 22.4: with 6 blocks of 37 KB only ~28 KB of the SM's
+//     256 KB L1/shared array is L1, which stages the global loads in flight.
+//   - gate_up's weight loads as ld.global.nc.L1::no_allocate: T=1 within 1%, T=8 +3%.
 //   Rejected in session 8 (measured in the same builds, code not kept):
 //   - gate_up's blocks requesting the down rows into L2 (prefetch.global.L2::evict_last, their
 //     share of the pair's rows) so down would read from L2: T=1 bf16 +4.7 us, FP8 +2.4 us.

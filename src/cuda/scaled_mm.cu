@@ -35,6 +35,11 @@
 // use_fast_accum, fp8_core_gemv (probe 15.24 / 15.36; in ember's benchmark 15.51-15.76 us over
 // four runs on two machines, torch 17.0-17.4; exact 16.9-17.4). M = 1 over >= 128 MB without
 // use_fast_accum: cuBLASLt (1x8192x28672 56.6 us = torch; fp8_mma16_gemv 63.2).
+// Rejected in session 9 (branch fp8-m1-early-scales, 7114889): the epilogue's scales and bias
+// loaded before the final reduction (fp8_core_gemv at its start under __launch_bounds__(256, 4),
+// where ptxas kept them in local memory; fp8_mma16_gemv before its barrier), to remove the L2
+// round trip its SASS showed after the shuffles. Measured with torch in the same call: use_fast_accum
+// 17.47 us tensorwise, 18.21 rowwise (15.54-15.77 without it in session 8); exact 16.91 / 16.82.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
