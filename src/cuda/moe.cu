@@ -90,6 +90,8 @@
 //     the bytes, so the structure costs it; which part (cluster scheduling: ncu gave 92 clusters
 //     resident of the 96 of the T=1 grid; the cluster barriers, compiled with MEMBAR.ALL.GPU; the
 //     partial-sum pass, 5 us in ncu) was not isolated. ncu (bf16, T=1): 38-39 us at DRAM 42%.
+//     Session 7's single-kernel layer on clusters (bench/moe_cluster_probe.cu, router included)
+//     lost to the kernel chain as well (32.9-79 us).
 //   - The two-kernel gate_up_mma with 33 KB more shared memory per block (the v7 footprint): T=1
 //     bf16 26.8 -> 30.0 us, FP8 19.3 -> 22.4: with 6 blocks of 37 KB only ~28 KB of the SM's
 //     256 KB L1/shared array is L1, which stages the global loads in flight.

@@ -407,7 +407,8 @@ EMBER_PARITY_CASE(moe_layer_t1_e256_top8_shared_bf16, { return layer_case(d, wit
 EMBER_PARITY_CASE(moe_layer_t1_e256_top8_shared_fp8, { return layer_case(d, with_shared(with_fp8(config(1, 256, 256, 128, 8)), 64), 86); });
 
 // FP8 experts with one scale per row ([E, 2I] for gate_up, [E, H] for down; every layer case
-// above uses 128x128 blocks): the mma gate_up and down at T = 1 with a shared expert, and T = 2.
+// above uses 128x128 blocks): the mma gate_up and down at T = 1 (top-8) with a shared expert, and
+// at T = 2 (top-4: the FFMA down) with I = 96.
 EMBER_PARITY_CASE(moe_layer_t1_fp8_rowwise_shared, { return layer_case(d, with_shared(rowwise_fp8(config(1, 256, 16, 128, 8)), 64), 89); });
 EMBER_PARITY_CASE(moe_layer_t2_fp8_rowwise_i96, { return layer_case(d, rowwise_fp8(config(2, 512, 16, 96, 4)), 92); });
 
