@@ -693,6 +693,16 @@ constexpr int kMmaSteps = 4;       // steps per row per batch of loads: 2 x 4 16
 constexpr int kMmaChannels = 8;    // channels per block (gate and up rows: the 16 rows of A)
 constexpr int kMmaStepBytes = 64;  // a row's bytes per step: 16 per thread q
 
+// Warp `warp` of `warps`' share [begin, end) of a row's `steps` 64-byte steps: equal contiguous
+// ranges, the last ones shorter or empty.
+struct StepRange {
+  int begin, end;
+};
+__device__ __forceinline__ StepRange warp_steps(int steps, int warps, int warp) {
+  const int per = (steps + warps - 1) / warps, begin = min(steps, warp * per);
+  return {begin, min(steps, begin + per)};
+}
+
 /// The mma kernel takes weights of a 16-bit type equal to x's, or FP8, whose rows are whole steps
 /// (the shared expert, in x's type, then too: its rows hold twice the bytes).
 template <class T, class WT> constexpr bool kGateUpOnTensorCores = (sizeof(T) == 2) && (std::is_same_v<WT, T> || std::is_same_v<WT, E4m3>);
@@ -828,8 +838,7 @@ __global__ void __launch_bounds__(kMmaThreads, 6) gate_up_mma_kernel(DecodeArgs 
     const int64_t e = a.ids[slot];
     const WT* g_row = static_cast<const WT*>(a.gate) + e * a.gu_es + i * a.gate_rs;
     const WT* u_row = static_cast<const WT*>(a.up) + e * a.gu_es + i * a.up_rs;
-    const int steps = hidden * static_cast<int>(sizeof(WT)) / kMmaStepBytes, per = (steps + kMmaWarps - 1) / kMmaWarps;
-    const int s_begin = min(steps, warp * per), s_end = min(steps, s_begin + per);
+    const auto [s_begin, s_end] = warp_steps(hidden * static_cast<int>(sizeof(WT)) / kMmaStepBytes, kMmaWarps, warp);
     const WeightScale &gs = a.gate_scale, &us = a.up_scale;
     const bool blocks = kFp8 && gs.kind == WeightScale::Block128;
     const float* g_scales = blocks ? gs.ptr + gmm::block_scale_offset(e, i, 0, gs.s0, gs.s1, gs.s2) : nullptr;
@@ -845,8 +854,7 @@ __global__ void __launch_bounds__(kMmaThreads, 6) gate_up_mma_kernel(DecodeArgs 
   } else {
     const T* g_row = static_cast<const T*>(a.s_gate) + i * a.s_rs;
     const T* u_row = static_cast<const T*>(a.s_up) + i * a.s_rs;
-    const int steps = hidden * static_cast<int>(sizeof(T)) / kMmaStepBytes, per = (steps + kMmaWarps - 1) / kMmaWarps;
-    const int s_begin = min(steps, warp * per), s_end = min(steps, s_begin + per);
+    const auto [s_begin, s_end] = warp_steps(hidden * static_cast<int>(sizeof(T)) / kMmaStepBytes, kMmaWarps, warp);
     gate_up_mma_steps<T, T>(x_raw, nullptr, g_row, u_row, s_begin, s_end, nullptr, 0, nullptr, 0, gate, up);
     if (lane % 4 == 0) {
       partial[warp][g][0] = gate;
@@ -1114,8 +1122,7 @@ __global__ void __launch_bounds__(kDownMmaThreads, 4) down_mma_kernel(DecodeArgs
       // ids and weights were final before gate_up's blocks triggered this launch (see
       // down_decode_kernel); L2 loads so no earlier layer's values come from this SM's L1.
       const int64_t pair = t * a.k + (valid ? j : grp * 8), e = __ldcg(a.ids + pair);
-      const int steps = static_cast<int>(a.inter * static_cast<int64_t>(sizeof(WT)) / kMmaStepBytes), per = (steps + kDownMmaWarps - 1) / kDownMmaWarps;
-      const int s_begin = min(steps, warp * per), s_end = min(steps, s_begin + per);
+      const auto [s_begin, s_end] = warp_steps(static_cast<int>(a.inter * static_cast<int64_t>(sizeof(WT)) / kMmaStepBytes), kDownMmaWarps, warp);
       const WeightScale& ds = a.down_scale;
       const float* scales = std::is_same_v<WT, E4m3> && ds.kind == WeightScale::Block128
                                 ? ds.ptr + gmm::block_scale_offset(e, n0, 0, ds.s0, ds.s1, ds.s2) : nullptr;
@@ -1126,8 +1133,7 @@ __global__ void __launch_bounds__(kDownMmaThreads, 4) down_mma_kernel(DecodeArgs
       for (int r = 0; r < kDownMmaOutputs; ++r)
         if (holder) acc[r] = fmaf(diagonal(run, r, g), weight * column_scale(ds, e, min(n0 + r, a.hidden - 1)), acc[r]);
     } else {  // the shared expert: column 0
-      const int steps = static_cast<int>(a.s_inter * static_cast<int64_t>(sizeof(T)) / kMmaStepBytes), per = (steps + kDownMmaWarps - 1) / kDownMmaWarps;
-      const int s_begin = min(steps, warp * per), s_end = min(steps, s_begin + per);
+      const auto [s_begin, s_end] = warp_steps(static_cast<int>(a.s_inter * static_cast<int64_t>(sizeof(T)) / kMmaStepBytes), kDownMmaWarps, warp);
       down_mma_steps<T, T>(static_cast<const T*>(a.s_down) + n0 * a.sd_rs, a.sd_rs, last, static_cast<const T*>(a.h) + (pairs + t) * a.h_rs,
                            s_begin, s_end, nullptr, 0, wait, run);
       const float gate = g == 0 ? (a.sg ? __ldcg(a.sg + t) : 1.f) : 0.f;
