@@ -651,9 +651,13 @@ void svd(const Tensor& A, const Tensor& U, const Tensor& S, const Tensor& Vh) {
     check_cusolver(cusolverDnXgesvdjSetSortEig(params, 1), "cusolverDnXgesvdjSetSortEig");
     // Work U [B, m, um] and V [B, n, vn] (V, not V^H: Vh is its adjoint).
     const int64_t um = batched ? m64 : (full ? m64 : k), vn = batched ? n64 : (full ? n64 : k);
-    // Without vectors the libraries still check ldu >= m and ldv >= n: one unused column each.
-    const Tensor u_work = column_major_empty(want_uv ? batch : 1, m64, want_uv ? um : 1, A.dtype(), dev);
-    const Tensor v_work = column_major_empty(want_uv ? batch : 1, n64, want_uv ? vn : 1, A.dtype(), dev);
+    // cuSOLVER declares U and V with these sizes whatever jobz (gesvdj: ldu x um, ldv x vn;
+    // gesvdjBatched: that per matrix) and may write them without vectors too: with one unused
+    // column each (until session 10), svdvals of a wide complex matrix (3 x 20 x 45, c64) wrote
+    // past them into the next allocation. Without vectors one matrix serves every gesvdj call.
+    const int64_t work_batch = want_uv || batched ? batch : 1;
+    const Tensor u_work = column_major_empty(work_batch, m64, um, A.dtype(), dev);
+    const Tensor v_work = column_major_empty(work_batch, n64, vn, A.dtype(), dev);
     const bool s_direct = S.stride(1) == 1 && S.stride(0) == k;
     const Tensor s_work = s_direct ? S : empty({batch, k}, S.dtype(), dev);
     T* a = static_cast<T*>(A.raw_data());
