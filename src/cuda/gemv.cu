@@ -106,7 +106,12 @@
 //      -> 30.02, 8192x8192 33.40 (s6) -> 32.43, 2880x5760 11.97 (s6) -> 10.05. Then 8 loads per
 //      lane for <= 4096 rows (probe "rows2": 14336x3584 26.75 -> 26.11 us, 7168x2048 10.21 -> 9.47).
 //   v11 columns, 96-136 MB with both sides >= 3584 and K <= 8192: the batch kernel's 512-thread
-//      tiles (probe "columns5"; launch_columns_batch has the numbers). (this)
+//      tiles (probe "columns5"; launch_columns_batch has the numbers).
+//   v12 (session 10) every kernel waits for the kernel before it at its start and, below 16 MiB of
+//      weights, goes out as a programmatic dependent launch that lets the next kernel launch once
+//      its main loop is done (gemv() has the rule and numbers). In the decode bench, torch in the
+//      same call: 88 shapes geomean 1.274x (session 8) -> 1.343x, min 0.975x; a trigger at the
+//      kernels' start (first try) was slower than the late one on most shapes from 16 MB. (this)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -119,6 +124,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "cuda/dependent_launch.cuh"
 #include "cuda/gemv.h"
 #include "cuda/native_float.cuh"
 #include "cuda/runtime.h"
@@ -167,6 +173,7 @@ template <class T, int GROUP, bool VEC, int MROWS>
 __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ w, int64_t ldw, const T* __restrict__ x,
                                                         int64_t ldx, const T* __restrict__ bias, T* __restrict__ y,
                                                         int64_t ldy, int64_t n_rows, int64_t k) {
+  wait_for_previous_kernel();
   constexpr int kRowsPerBlock = kThreads / GROUP;
   constexpr int kLoads = MROWS == 1 ? 4 : 2;  // weight loads in flight (x rows come from L1/L2)
   const int lane = threadIdx.x % GROUP;
@@ -222,6 +229,7 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ w,
       }
     }
   }
+  dependents_may_launch();  // after the weight stream: see dependent_launch.cuh
   // Reduce within the group: shuffles inside each warp, then shared memory across warps.
 #pragma unroll
   for (int m = 0; m < MROWS; ++m) {
@@ -260,6 +268,7 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ w,
 template <class T, int L>
 __global__ void __launch_bounds__(kThreads) row_warp_kernel(const uint4* __restrict__ w, int ldw_vec, const uint4* __restrict__ x,
                                                             const T* __restrict__ bias, T* __restrict__ y, int n_rows, int n_vec) {
+  wait_for_previous_kernel();
   const int lane = threadIdx.x % 32, row = blockIdx.x * (kThreads / 32) + threadIdx.x / 32;
   if (row >= n_rows) return;  // the whole warp
   const uint4* wr = w + static_cast<int64_t>(row) * ldw_vec + lane;
@@ -281,6 +290,7 @@ __global__ void __launch_bounds__(kThreads) row_warp_kernel(const uint4* __restr
     for (int u = 0; u < L; ++u)
       if (i + u * 32 + lane < n_vec) acc = dot8_bits<T>(v[u], xr[i + u * 32], acc);
   }
+  dependents_may_launch();
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if (lane == 0) y[row] = from_float<T>(acc + (bias ? to_float(bias[row]) : 0.f));
@@ -297,6 +307,7 @@ __global__ void __launch_bounds__(kThreads) columns_kernel(const T* __restrict__
                                                            const T* __restrict__ bias, T* __restrict__ y, int64_t n,
                                                            int64_t k, int64_t k_per_split, float* __restrict__ accum,
                                                            unsigned* __restrict__ tickets) {
+  wait_for_previous_kernel();
   constexpr int VW = VEC ? kVec<T> : 1;
   constexpr int kTile = 32 * VW;
   const int col_thread = threadIdx.x % 32, slice = threadIdx.x / 32;
@@ -332,6 +343,7 @@ __global__ void __launch_bounds__(kThreads) columns_kernel(const T* __restrict__
       for (; kk < k_end; kk += kSlices) acc[0] = fmaf(to_float(x[kk]), to_float(b[kk * ldb + col0]), acc[0]);
     }
   }
+  dependents_may_launch();
   // Sum the kSlices slices of this block.
   __shared__ float sums[kSlices][kTile];
 #pragma unroll
@@ -426,6 +438,7 @@ __global__ void __launch_bounds__(kThreads) cluster_columns_kernel(const T* __re
                                                                    const T* __restrict__ bias, T* __restrict__ y, int64_t n,
                                                                    int64_t k, int64_t k_per_rank) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  wait_for_previous_kernel();
   using Tile = ClusterTile<T, VEC, COL_THREADS>;
   constexpr int VW = Tile::kWidth;
   constexpr int kParts = kThreads / Tile::kCols;  // threads summing one column's slices
@@ -481,6 +494,7 @@ __global__ void __launch_bounds__(kThreads) cluster_columns_kernel(const T* __re
         for (int j = 0; j < VW; ++j) acc[j] = fmaf(xs[u], to_float(r[u].v[j]), acc[j]);
     }
   }
+  dependents_may_launch();
 
   __shared__ alignas(16) float sums[Tile::kSlices][kStride];
   __shared__ float inbox[Tile::kCols];  // [source rank][owned column]: the ranks' sums of this block's columns
@@ -570,6 +584,7 @@ template <class T, int COLS, int THREADS, int L>
 __global__ void __launch_bounds__(THREADS, 1024 / THREADS) batch_columns_kernel(const T* __restrict__ b, int64_t ldb, const T* __restrict__ x,
                                                                 const T* __restrict__ bias, T* __restrict__ y, int n, int k, int k_per_rank) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  wait_for_previous_kernel();
   static_assert(sizeof(T) == 2, "tiles sized for 8 columns per 16-byte load");
   constexpr int VW = kVec<T>;
   constexpr int kSlicesDown = THREADS / COLS, kCols = COLS * VW, kBatchRows = L * kSlicesDown;
@@ -628,6 +643,7 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS) batch_columns_kernel(
       fma_rows<T, L, kSlicesDown>(acc, r, x_range + kb + slice);
     }
   }
+  dependents_may_launch();
 
   __shared__ alignas(16) float sums[kSlicesDown][kStride];
   __shared__ float inbox[kCols];  // [source rank][owned column]
@@ -678,11 +694,13 @@ template <class T> struct GemvArgs {
   const T* bias;
   T* y;
   int64_t ldy, n, k, m_rows;
+  bool pdl;  // launch as a programmatic dependent (dependent_launch.cuh)
 };
 
 template <class T, int GROUP, int MROWS>
 void launch_rows_group(const GemvArgs<T>& g, bool vec, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((g.n + kThreads / GROUP - 1) / (kThreads / GROUP));
+  const DependentLaunch launch(blocks, kThreads, 0, stream, g.pdl);
   if constexpr (GROUP == 32 && MROWS == 1 && sizeof(T) == 2) {
     if (vec && g.n <= INT_MAX && g.ldw / kVec<T> <= INT_MAX && g.k / kVec<T> <= INT_MAX) {
       const auto* w = reinterpret_cast<const uint4*>(g.w);
@@ -694,14 +712,14 @@ void launch_rows_group(const GemvArgs<T>& g, bool vec, cudaStream_t stream) {
       // 10.21 -> 9.47, 9216x2304 13.43 -> 12.68, 4096x4096 10.79 -> 10.36, 8192x2048 11.86 ->
       // 11.16, 3584x4096 the same; with 14336 rows L8 lost (3584x14336 25.36 -> 26.95, "rows").
       if (g.n <= 4096 && n_vec >= 8 * 32)
-        row_warp_kernel<T, 8><<<blocks, kThreads, 0, stream>>>(w, ldw_vec, x, g.bias, g.y, n, n_vec);
+        launch(row_warp_kernel<T, 8>, w, ldw_vec, x, g.bias, g.y, n, n_vec);
       else
-        row_warp_kernel<T, 4><<<blocks, kThreads, 0, stream>>>(w, ldw_vec, x, g.bias, g.y, n, n_vec);
+        launch(row_warp_kernel<T, 4>, w, ldw_vec, x, g.bias, g.y, n, n_vec);
       return;
     }
   }
-  if (vec) rows_kernel<T, GROUP, true, MROWS><<<blocks, kThreads, 0, stream>>>(g.w, g.ldw, g.x, g.ldx, g.bias, g.y, g.ldy, g.n, g.k);
-  else rows_kernel<T, GROUP, false, MROWS><<<blocks, kThreads, 0, stream>>>(g.w, g.ldw, g.x, g.ldx, g.bias, g.y, g.ldy, g.n, g.k);
+  if (vec) launch(rows_kernel<T, GROUP, true, MROWS>, g.w, g.ldw, g.x, g.ldx, g.bias, g.y, g.ldy, g.n, g.k);
+  else launch(rows_kernel<T, GROUP, false, MROWS>, g.w, g.ldw, g.x, g.ldx, g.bias, g.y, g.ldy, g.n, g.k);
 }
 
 template <class T, int MROWS> void launch_rows_m(const GemvArgs<T>& g, int device, cudaStream_t stream) {
@@ -747,22 +765,11 @@ SplitState split_state_for(int device, cudaStream_t stream, int64_t tiles, int64
 
 // The launch configuration of the cluster columns kernels: tiles x cluster blocks of `threads`,
 // the cluster along y.
-struct ClusterLaunch {
-  cudaLaunchConfig_t config{};
-  cudaLaunchAttribute attribute{};
-  ClusterLaunch(unsigned tiles, unsigned cluster, cudaStream_t stream, int threads = kThreads) {
-    config.gridDim = dim3(tiles, cluster);
-    config.blockDim = dim3(static_cast<unsigned>(threads));
-    config.stream = stream;
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = 1;
-    attribute.val.clusterDim.y = cluster;
-    attribute.val.clusterDim.z = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+struct ClusterLaunch : DependentLaunch {
+  ClusterLaunch(unsigned tiles, unsigned cluster, cudaStream_t stream, bool pdl, int threads = kThreads)
+      : DependentLaunch(dim3(tiles, cluster), dim3(static_cast<unsigned>(threads)), 0, stream, pdl) {
+    cluster_y(cluster);
   }
-  ClusterLaunch(const ClusterLaunch&) = delete;  // config points at attribute
-  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
 };
 
 // Blocks of `threads` threads (the kernel's block size) of `kernel` resident per SM (cached per
@@ -795,7 +802,7 @@ int cluster_size_limit(const void* kernel, int device, int threads = kThreads) {
   EMBER_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
   if (attributes.ptxVersion < 90) return it->second;
   EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  const ClusterLaunch launch(1, kMaxClusterSize, nullptr, threads);
+  const ClusterLaunch launch(1, kMaxClusterSize, nullptr, false, threads);
   int largest = 0, clusters = 0;
   EMBER_CUDA_CHECK(cudaOccupancyMaxPotentialClusterSize(&largest, kernel, &launch.config));
   if (largest >= kMaxClusterSize) EMBER_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config));
@@ -811,7 +818,7 @@ int resident_clusters(const void* kernel, int device, int threads, int cluster) 
   std::lock_guard lock(mutex);
   const auto [it, inserted] = counts.try_emplace({kernel, {device, cluster}}, 0);
   if (inserted) {
-    const ClusterLaunch launch(1, static_cast<unsigned>(cluster), nullptr, threads);
+    const ClusterLaunch launch(1, static_cast<unsigned>(cluster), nullptr, false, threads);
     EMBER_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&it->second, kernel, &launch.config));
   }
   return it->second;
@@ -850,13 +857,12 @@ bool launch_batch_config(const GemvArgs<T>& g, int device, cudaStream_t stream) 
   if ((range + kRows - 1) / kRows * kRows > kMaxXRange) return false;
   const int n = static_cast<int>(g.n), k = static_cast<int>(g.k), k_per_rank = static_cast<int>(range);
   if (cluster == 1) {  // a plain launch, as measured (a one-block cluster needs no mbarrier)
-    batch_columns_kernel<T, COLS, THREADS, L><<<static_cast<unsigned>(tiles), THREADS, 0, stream>>>(g.w, g.ldw, g.x, g.bias, g.y, n,
-                                                                                                   k, k_per_rank);
+    DependentLaunch(static_cast<unsigned>(tiles), THREADS, 0, stream, g.pdl)(batch_columns_kernel<T, COLS, THREADS, L>, g.w, g.ldw, g.x,
+                                                                             g.bias, g.y, n, k, k_per_rank);
     return true;
   }
-  const ClusterLaunch launch(static_cast<unsigned>(tiles), static_cast<unsigned>(cluster), stream, THREADS);
-  EMBER_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, batch_columns_kernel<T, COLS, THREADS, L>, g.w, g.ldw, g.x, g.bias, g.y, n, k,
-                                      k_per_rank));
+  ClusterLaunch(static_cast<unsigned>(tiles), static_cast<unsigned>(cluster), stream, g.pdl, THREADS)(
+      batch_columns_kernel<T, COLS, THREADS, L>, g.w, g.ldw, g.x, g.bias, g.y, n, k, k_per_rank);
   return true;
 }
 
@@ -905,9 +911,9 @@ template <class T, bool VEC> bool launch_columns_cluster(const GemvArgs<T>& g, i
   // waits out more round trips than the split-K kernel's atomics and ticket cost.
   const int64_t rows_per_thread = ((g.k + cluster - 1) / cluster + Tile::kSlices - 1) / Tile::kSlices;
   if (tiles * cluster < 2 * sms && rows_per_thread > 2 * kClusterLoads) return false;
-  const ClusterLaunch launch(static_cast<unsigned>(tiles), static_cast<unsigned>(cluster), stream);
   const int64_t k_per_rank = (g.k + cluster - 1) / cluster;
-  EMBER_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k, k_per_rank));
+  ClusterLaunch(static_cast<unsigned>(tiles), static_cast<unsigned>(cluster), stream, g.pdl)(kernel, g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k,
+                                                                                             k_per_rank);
   return true;
 }
 
@@ -939,8 +945,8 @@ template <class T> bool launch_columns_wide(const GemvArgs<T>& g, int device, cu
   // waves) and 1940-2004 (1.84-1.9 waves) won.
   const double waves = static_cast<double>(tiles * cluster) / static_cast<double>(sms * resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), device));
   if (waves > 1 && waves - std::floor(waves) < 0.5) return false;
-  const ClusterLaunch launch(static_cast<unsigned>(tiles), static_cast<unsigned>(cluster), stream);
-  EMBER_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kernel, g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k, k_per_rank));
+  ClusterLaunch(static_cast<unsigned>(tiles), static_cast<unsigned>(cluster), stream, g.pdl)(kernel, g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k,
+                                                                                             k_per_rank);
   return true;
 }
 
@@ -960,9 +966,9 @@ template <class T> void launch_columns(const GemvArgs<T>& g, int device, cudaStr
   splits = (g.k + k_per_split - 1) / k_per_split;
   SplitState state{nullptr, nullptr};
   if (splits > 1) state = split_state_for(device, stream, tiles, g.n);
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
-  if (vec) columns_kernel<T, true><<<grid, kThreads, 0, stream>>>(g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k, k_per_split, state.accum, state.tickets);
-  else columns_kernel<T, false><<<grid, kThreads, 0, stream>>>(g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k, k_per_split, state.accum, state.tickets);
+  const DependentLaunch launch(dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(splits)), kThreads, 0, stream, g.pdl);
+  if (vec) launch(columns_kernel<T, true>, g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k, k_per_split, state.accum, state.tickets);
+  else launch(columns_kernel<T, false>, g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k, k_per_split, state.accum, state.tickets);
 }
 
 // The element type the kernels use for each ember dtype.
@@ -1001,6 +1007,17 @@ void gemv(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& ou
   const int device = out.device().index;
   cudaStream_t stream = current_raw_stream(device);
   const int64_t m = a.size(1), k = a.size(2), n = b.size(2);
+  // Programmatic dependent launches (dependent_launch.cuh) below 16 MiB of weights only. Measured
+  // on the H200 (session 10, decode bench, 88 shapes, each against EMBER_DISABLE_PDL=1 in the same
+  // call, the kernels triggering after their main loop): below 16 MiB every shape but one
+  // (2048x1792 columns, equal) was faster, 1.04-1.36x (2048x32 rows 1.72 -> 1.26 us, 2048x2048
+  // rows 4.27 -> 3.60, columns 5.35 -> 4.89); from 16 MiB up the columns kernels were slower, down
+  // to 0.81x (14336x4096 30.7 -> 37.7 us, 8192x28672 109 -> 134), rows with K = 14336 0.90x, the
+  // lm_head shapes unchanged. Likely the uneven start of early-resident blocks that
+  // bench/stream_probe.cu "pdlgrid" shows; not pinned down for these kernels.
+  constexpr int64_t kPdlMaxWeightBytes = int64_t{16} << 20;
+  const int64_t weight_bytes = (m == 1 || n != 1 ? k * n : m * k) * static_cast<int64_t>(out.itemsize());
+  const bool pdl = weight_bytes < kPdlMaxWeightBytes && dependent_launches_enabled(device);
   dispatch_gemv_type(out.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     const T* bias_ptr = bias.defined() ? static_cast<const T*>(bias.raw_data()) : nullptr;
@@ -1008,7 +1025,7 @@ void gemv(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& ou
     const T* a_ptr = static_cast<const T*>(a.raw_data());
     const T* b_ptr = static_cast<const T*>(b.raw_data());
     if (m == 1 || n != 1) {  // y[i, n] = sum_k x[i, k] B[k, n] for the m rows i of a
-      GemvArgs<T> g{b_ptr, 0, a_ptr, a.stride(1), bias_ptr, y, out.stride(1), n, k, m};
+      GemvArgs<T> g{b_ptr, 0, a_ptr, a.stride(1), bias_ptr, y, out.stride(1), n, k, m, pdl};
       if (b.stride(1) == 1 && (n == 1 || b.stride(2) != 1 || k == 1)) {
         g.ldw = b.stride(2);
         launch_rows<T>(g, device, stream);
@@ -1017,7 +1034,7 @@ void gemv(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& ou
         launch_columns<T>(g, device, stream);
       }
     } else {  // y[m] = sum_k A[m, k] v[k]
-      GemvArgs<T> g{a_ptr, 0, b_ptr, 0, bias_ptr, y, 0, m, k, 1};
+      GemvArgs<T> g{a_ptr, 0, b_ptr, 0, bias_ptr, y, 0, m, k, 1, pdl};
       if (a.stride(2) == 1) {
         g.ldw = a.stride(1);
         launch_rows<T>(g, device, stream);

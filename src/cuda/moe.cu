@@ -21,7 +21,7 @@
 //   router_decode_kernel   the decode router: one warp per expert computes the logits, the
 //                       last block to finish routes every token (route_token, as route_kernel).
 // A decode layer is 3 kernels: router_decode, gate_up, down, each a programmatic dependent launch
-// of the kernel before it (sm_90).
+// of the kernel before it (sm_90; cuda/dependent_launch.cuh).
 // Versions, H200, Qwen3-30B-A3B layer at T=1 bf16 (ncu durations, normal clocks):
 //   v1: router product 6.6 us, route (32 candidates per lane for any E) 20.5 us, gate_up
 //       18.7 us (58% of HBM bandwidth), down 19.2 us (27%, a 64-bit division per load): layer
@@ -76,6 +76,19 @@
 //       T=8 104 vs 112; bf16 with the FFMA down T=1 26.7 vs 27.6, T=8 146 vs 150).
 //       ncu (FP8, T=1): gate_up_mma 11.6-12.7 us (DRAM 42-46%), down_mma 9.5-10.2 us (26%): still
 //       far from HBM speed. (this)
+//   Rejected in session 10 (probes only: bench/moe_probe.cu "prefetch" and "prefetch coresident",
+//   its chain kernels, Qwen3-30B-A3B T = 1, one graph per variant, H200):
+//   - gate_up's blocks requesting their slice of down's rows into the L2 with
+//     cp.async.bulk.prefetch.L2 (4 KB pieces): FP8 22.56 us -> 24.31 (right after the wait) /
+//     23.04 (after the block's items), bf16 25.55 -> 29.97 / 27.86. Session 8's per-line prefetch
+//     lost in ember too: requests into the L2 do not pay on this GPU (bench/stream_probe.cu "pdl"
+//     shows the same for a plain stream).
+//   - down as one block per SM beside gate_up's blocks, requesting its whole share of the 8
+//     experts' down rows into shared memory (cp.async.bulk) before its wait for gate_up: FP8 16
+//     outputs per block (128 blocks, 96 KB) 31.0 us, the same kernel requesting after the wait
+//     32.3, 8 outputs (256 blocks) 24.5, against the chain's 22.7; bf16 8 outputs 25.9 / 27.2
+//     after the wait, chain 25.7. The early requests gain 1.3 us, the one-block-per-SM down loses
+//     more; whether its blocks were resident beside gate_up's was not checked (no ncu run).
 //   Rejected in session 9 (branch moe-fused-cluster, a2cb739; every number from one build per
 //   call, Qwen3-30B-A3B, the two-kernel layer in the same call; docs/perf-runs/2026-11-30-s9-*):
 //   - v7, gate_up and down in one kernel: a thread-block cluster of 8 blocks owns 64 channels of
@@ -124,6 +137,7 @@
 #include <string>
 
 #include "backend.h"
+#include "cuda/dependent_launch.cuh"
 #include "cuda/grouped_mm.h"
 #include "cuda/mma.cuh"
 #include "cuda/moe_elements.cuh"
@@ -145,23 +159,6 @@ __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
   return v;
-}
-
-// Programmatic dependent launch (sm_90+): a kernel launched with the attribute (launch_dependent
-// below) may start while the previous kernel on the stream still runs, once that kernel's blocks
-// have all called dependents_may_launch; it must call wait_for_previous_kernel before reading
-// what that kernel wrote (the wait returns when the previous grid has completed and its memory is
-// visible). This hides the launch and ramp between the three decode kernels. Without the
-// attribute, or below sm_90, both are no-ops.
-__device__ __forceinline__ void wait_for_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void dependents_may_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
 }
 
 // ---- routing ------------------------------------------------------------------------------------
@@ -1177,24 +1174,6 @@ MoePath forced_moe_path() {
   fail("moe_layer", "EMBER_MOE_PATH: expected decode or grouped, got {}", v);
 }
 
-/// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch when `pdl`
-/// (the kernel must call wait_for_previous_kernel before reading the previous kernel's output).
-template <class... Params, class... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
-                      const Args&... args) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = pdl ? 1 : 0;
-  EMBER_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
-}
-
 // Calls f(T*) with the kernel element type of a float dtype.
 template <class F> void with_float(DType d, F&& f) {
   switch (d) {
@@ -1368,7 +1347,7 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
   }
   // The decode kernels go out as programmatic dependent launches (sm_90): each overlaps the tail
   // of the kernel before it.
-  const bool pdl = decode && fast_paths_enabled(device, 90);
+  const bool pdl = decode && dependent_launches_enabled(device);
   if (decode) {
     auto* ticket = static_cast<unsigned*>(zeroed_stream_scratch(device, stream, ScratchPurpose::MoeRouter, sizeof(unsigned)));
     const auto blocks = static_cast<unsigned>((e + kRouterWarps - 1) / kRouterWarps);
@@ -1376,9 +1355,9 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
       with_float(x.dtype(), [&](auto* tag) {
         using X = std::remove_pointer_t<decltype(tag)>;
         if constexpr (!std::is_same_v<X, double>)
-          launch_dependent(router_decode_kernel<decltype(epl)::value, X>, blocks, kRouterWarps * 32, 0, stream, pdl, ra,
-                           static_cast<const X*>(router_weight.raw_data()), router_weight.stride(0), logits.data_ptr<float>(), ticket,
-                           t > 1 ? pair_order.data_ptr<int32_t>() : nullptr);
+          DependentLaunch(blocks, kRouterWarps * 32, 0, stream, pdl)(
+              router_decode_kernel<decltype(epl)::value, X>, ra, static_cast<const X*>(router_weight.raw_data()), router_weight.stride(0),
+              logits.data_ptr<float>(), ticket, t > 1 ? pair_order.data_ptr<int32_t>() : nullptr);
       });
     });
   } else {
@@ -1421,19 +1400,19 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
           if constexpr (kGateUpOnTensorCores<T, WT>) {
             mma = hidden * static_cast<int64_t>(sizeof(WT)) % kMmaStepBytes == 0 && mma_smem <= 48 * 1024;
             const dim3 mma_grid(static_cast<unsigned>((std::max(inter, s_inter) + kMmaChannels - 1) / kMmaChannels), static_cast<unsigned>(slots));
-            if (mma) launch_dependent(gate_up_mma_kernel<T, WT>, mma_grid, kMmaThreads, mma_smem, stream, pdl, a);
+            if (mma) DependentLaunch(mma_grid, kMmaThreads, mma_smem, stream, pdl)(gate_up_mma_kernel<T, WT>, a);
           }
-          if (!mma) launch_dependent(gate_up_decode_kernel<T, WT>, gu_grid, kDecodeThreads, x_row_bytes, stream, pdl, a);
+          if (!mma) DependentLaunch(gu_grid, kDecodeThreads, x_row_bytes, stream, pdl)(gate_up_decode_kernel<T, WT>, a);
           bool down_mma = false;
           if constexpr (kDownOnTensorCores<T, WT>) {
             down_mma = k >= kDownMmaMinTopK && inter * static_cast<int64_t>(sizeof(WT)) % kMmaStepBytes == 0 &&
                        (!shared || s_inter * static_cast<int64_t>(sizeof(T)) % kMmaStepBytes == 0);
             const dim3 grid(static_cast<unsigned>((hidden + kDownMmaOutputs - 1) / kDownMmaOutputs), static_cast<unsigned>(t));
-            if (down_mma) launch_dependent(down_mma_kernel<T, WT>, grid, kDownMmaThreads, 0, stream, pdl, a);
+            if (down_mma) DependentLaunch(grid, kDownMmaThreads, 0, stream, pdl)(down_mma_kernel<T, WT>, a);
           }
           if (!down_mma) {
             const dim3 grid(static_cast<unsigned>((hidden + kDownOutputs - 1) / kDownOutputs), static_cast<unsigned>(t));
-            launch_dependent(down_decode_kernel<T, WT>, grid, down_threads, 0, stream, pdl, a);
+            DependentLaunch(grid, down_threads, 0, stream, pdl)(down_decode_kernel<T, WT>, a);
           }
         };
         if (fp8) launch_layer(static_cast<E4m3*>(nullptr));

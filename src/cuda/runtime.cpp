@@ -225,6 +225,10 @@ bool fast_paths_enabled(int device, int min_capability) {
   return false;
 }
 
+bool dependent_launches_enabled(int device) {
+  return !environment_flag("EMBER_DISABLE_PDL") && fast_paths_enabled(device, 90);
+}
+
 DeviceError* device_error_word(int device) {
   const int d = resolve_device(device, "device_error_word");
   ErrorWord& w = error_words()[static_cast<size_t>(d)];

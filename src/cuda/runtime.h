@@ -29,6 +29,10 @@ int compute_capability(int device);
 /// false when EMBER_DISABLE_FAST_PATHS=1 or the device lacks the capability `min_capability`.
 /// EMBER_FORCE_FAST_PATHS=1 on a device without the capability throws instead of being ignored.
 bool fast_paths_enabled(int device, int min_capability);
+/// Whether the decode kernels go out as programmatic dependent launches (dependent_launch.cuh):
+/// fast paths on sm_90 or newer, unless EMBER_DISABLE_PDL=1 (for profilers, and to measure what
+/// the overlap gives).
+bool dependent_launches_enabled(int device);
 
 /// Per (device, stream, purpose) scratch of at least `bytes`, zero when first handed out, for
 /// kernels that finish with a "last block" ticket: they must leave it zero again, so no memset

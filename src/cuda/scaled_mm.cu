@@ -40,6 +40,12 @@
 // where ptxas kept them in local memory; fp8_mma16_gemv before its barrier), to remove the L2
 // round trip its SASS showed after the shuffles. Measured with torch in the same call: use_fast_accum
 // 17.47 us tensorwise, 18.21 rowwise (15.54-15.77 without it in session 8); exact 16.91 / 16.82.
+// v5 (session 10): fp8_mma16_gemv, fp8_core_gemv and fp8_mma_gemv go out as programmatic dependent
+// launches on sm_90 (dependent_launch.cuh), triggering at their start (every M <= 4 shape of the
+// decode bench was faster so, unlike the large GEMVs: their grids are many waves of small blocks).
+// Against EMBER_DISABLE_PDL=1, same call, two runs each: use_fast_accum 1x4096x14336 15.81-15.97 ->
+// 15.09 us tensorwise, 15.71-15.74 -> 15.07 rowwise, exact 17.05 -> 16.24-16.30; 1x2048x768
+// 3.19 -> 2.52; M = 2 and 4 3-5% faster. The decode bench with torch: 14.86 us (torch 17.19).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -51,6 +57,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "cuda/dependent_launch.cuh"
 #include "cuda/native_float.cuh"
 #include "cuda/runtime.h"
 #include "ember/ops.h"
@@ -204,6 +211,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32) fp8_mma_gemv(const uint8_t* __
                                                               int64_t k, const float* __restrict__ scale_a, bool scale_a_per_row,
                                                               const float* __restrict__ scale_b, bool scale_b_per_col,
                                                               const OutT* __restrict__ bias, OutT* __restrict__ out, int64_t ldo) {
+  dependents_may_launch();
+  wait_for_previous_kernel();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
   const int64_t r_lo = static_cast<int64_t>(blockIdx.x) * 16 + g, r_hi = r_lo + 8;
   const bool lo_ok = r_lo < n, hi_ok = r_hi < n;
@@ -269,7 +278,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) fp8_mma_gemv(const uint8_t* __
 
 template <class OutT>
 void launch_mma_gemv(const Tensor& a, const Tensor& b, const Tensor& sa, const Tensor& sb, const Tensor& bias,
-                     const Tensor& out, cudaStream_t stream) {
+                     const Tensor& out, cudaStream_t stream, bool pdl) {
   const int rows = static_cast<int>(a.size(0));
   const int64_t n = out.size(1), k = a.size(1);
   const auto blocks = static_cast<unsigned>((n + 15) / 16);
@@ -278,12 +287,13 @@ void launch_mma_gemv(const Tensor& a, const Tensor& b, const Tensor& sa, const T
   const auto* bias_p = bias.defined() ? static_cast<const OutT*>(bias.raw_data()) : nullptr;
   auto* o = static_cast<OutT*>(out.raw_data());
   const bool row_scale = sa.numel() > 1, col_scale = sb.numel() > 1;
+  const DependentLaunch launch(blocks, kMmaWarps * 32, 0, stream, pdl);
   if (rows <= 8)
-    fp8_mma_gemv<1, OutT><<<blocks, kMmaWarps * 32, 0, stream>>>(w, b.stride(1), ap, a.stride(0), rows, n, k, sa.data_ptr<float>(),
-                                                                 row_scale, sb.data_ptr<float>(), col_scale, bias_p, o, out.stride(0));
+    launch(fp8_mma_gemv<1, OutT>, w, b.stride(1), ap, a.stride(0), rows, n, k, sa.data_ptr<float>(), row_scale, sb.data_ptr<float>(),
+           col_scale, bias_p, o, out.stride(0));
   else
-    fp8_mma_gemv<2, OutT><<<blocks, kMmaWarps * 32, 0, stream>>>(w, b.stride(1), ap, a.stride(0), rows, n, k, sa.data_ptr<float>(),
-                                                                 row_scale, sb.data_ptr<float>(), col_scale, bias_p, o, out.stride(0));
+    launch(fp8_mma_gemv<2, OutT>, w, b.stride(1), ap, a.stride(0), rows, n, k, sa.data_ptr<float>(), row_scale, sb.data_ptr<float>(),
+           col_scale, bias_p, o, out.stride(0));
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
@@ -332,6 +342,8 @@ __global__ void __launch_bounds__(kMma16Warps * 32) fp8_mma16_gemv(const uint4* 
                                                                   const float* __restrict__ scale_a,
                                                                   const float* __restrict__ scale_b, bool scale_b_per_col,
                                                                   const OutT* __restrict__ bias, OutT* __restrict__ out) {
+  dependents_may_launch();
+  wait_for_previous_kernel();
   extern __shared__ uint4 x_f16[];  // chunk c of x (16 e4m3) -> x_f16[2c], x_f16[2c + 1]; zeros past x
   __shared__ float partial[kMma16Warps][16];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
@@ -430,6 +442,8 @@ __global__ void __launch_bounds__(kCoreWarps * 32) fp8_core_gemv(const uint4* __
                                                                 const float* __restrict__ scale_a,
                                                                 const float* __restrict__ scale_b, bool scale_b_per_col,
                                                                 const OutT* __restrict__ bias, OutT* __restrict__ out) {
+  dependents_may_launch();
+  wait_for_previous_kernel();
   extern __shared__ uint4 x_half[];                                     // chunk c: x_half[2c], x_half[2c + 1]
   float* x_chunk_scale = reinterpret_cast<float*>(x_half + 2 * chunks);  // chunk c's power of two
   constexpr int R = kCoreRows;
@@ -536,7 +550,7 @@ __global__ void __launch_bounds__(kCoreWarps * 32) fp8_core_gemv(const uint4* __
 // one whole batch, of 1, 2, 4 (core: 0 when K has no whole batch).
 template <class OutT>
 void launch_m1_gemv(const Tensor& a, const Tensor& b, const Tensor& sa, const Tensor& sb, const Tensor& bias,
-                    const Tensor& out, cudaStream_t stream, bool use_fast_accum) {
+                    const Tensor& out, cudaStream_t stream, bool use_fast_accum, bool pdl) {
   const int n = static_cast<int>(out.size(1)), chunks = static_cast<int>(a.size(1) / 16);
   const auto* w = static_cast<const uint4*>(b.raw_data());
   const auto* x = static_cast<const uint4*>(a.raw_data());
@@ -555,8 +569,8 @@ void launch_m1_gemv(const Tensor& a, const Tensor& b, const Tensor& sa, const Te
     const auto blocks = static_cast<unsigned>((n + kCoreWarps * kCoreRows - 1) / (kCoreWarps * kCoreRows));
     const size_t smem = static_cast<size_t>(chunks) * (2 * sizeof(uint4) + sizeof(float));
     pick(chunks / 32, [&](auto l) {
-      fp8_core_gemv<decltype(l)::value, OutT><<<blocks, kCoreWarps * 32, smem, stream>>>(w, ldw, x, chunks, n, sa_p, sb_p,
-                                                                                         per_col, bias_p, o);
+      DependentLaunch(blocks, kCoreWarps * 32, smem, stream, pdl)(fp8_core_gemv<decltype(l)::value, OutT>, w, ldw, x, chunks, n, sa_p,
+                                                                  sb_p, per_col, bias_p, o);
     });
   } else {
     const int steps = (chunks + 3) / 4;
@@ -564,8 +578,8 @@ void launch_m1_gemv(const Tensor& a, const Tensor& b, const Tensor& sa, const Te
     const size_t smem = static_cast<size_t>(4 * steps) * 2 * sizeof(uint4);
     pick((steps + kMma16Warps - 1) / kMma16Warps, [&](auto l) {  // >= 1: K > 0 here
       if constexpr (decltype(l)::value > 0)
-        fp8_mma16_gemv<decltype(l)::value, OutT><<<blocks, kMma16Warps * 32, smem, stream>>>(w, ldw, x, chunks, n, sa_p, sb_p,
-                                                                                             per_col, bias_p, o);
+        DependentLaunch(blocks, kMma16Warps * 32, smem, stream, pdl)(fp8_mma16_gemv<decltype(l)::value, OutT>, w, ldw, x, chunks, n,
+                                                                     sa_p, sb_p, per_col, bias_p, o);
     });
   }
   EMBER_CUDA_CHECK_LAUNCH();
@@ -719,6 +733,7 @@ void scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Te
                const Tensor& out, bool use_fast_accum) {
   const int device = out.device().index;
   cudaStream_t stream = current_raw_stream(device);
+  const bool pdl = dependent_launches_enabled(device);
   // M = 1 over 128 MB of weights or more without use_fast_accum: cuBLASLt, as torch does
   // (1x8192x28672, 235 MB: 56.6 us = torch, fp8_mma16_gemv 63 us), at torch's precision (the FP8
   // tensor cores' partial sums, promoted to f32 now and then: ~1% of max|out| at K = 8192, see
@@ -732,16 +747,16 @@ void scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Te
   }
   if (gemv_layout(a, b, out, 1) && a.size(1) <= kStagedMaxK && out.size(1) <= INT32_MAX && fast_paths_enabled(device, 89)) {
     switch (out.dtype()) {
-      case kFloat32: return launch_m1_gemv<float>(a, b, scale_a, scale_b, bias, out, stream, use_fast_accum);
-      case kFloat16: return launch_m1_gemv<__half>(a, b, scale_a, scale_b, bias, out, stream, use_fast_accum);
-      default: return launch_m1_gemv<__nv_bfloat16>(a, b, scale_a, scale_b, bias, out, stream, use_fast_accum);
+      case kFloat32: return launch_m1_gemv<float>(a, b, scale_a, scale_b, bias, out, stream, use_fast_accum, pdl);
+      case kFloat16: return launch_m1_gemv<__half>(a, b, scale_a, scale_b, bias, out, stream, use_fast_accum, pdl);
+      default: return launch_m1_gemv<__nv_bfloat16>(a, b, scale_a, scale_b, bias, out, stream, use_fast_accum, pdl);
     }
   }
   if (gemv_layout(a, b, out, kMmaMaxRows) && fast_paths_enabled(device, 89)) {
     switch (out.dtype()) {
-      case kFloat32: return launch_mma_gemv<float>(a, b, scale_a, scale_b, bias, out, stream);
-      case kFloat16: return launch_mma_gemv<__half>(a, b, scale_a, scale_b, bias, out, stream);
-      default: return launch_mma_gemv<__nv_bfloat16>(a, b, scale_a, scale_b, bias, out, stream);
+      case kFloat32: return launch_mma_gemv<float>(a, b, scale_a, scale_b, bias, out, stream, pdl);
+      case kFloat16: return launch_mma_gemv<__half>(a, b, scale_a, scale_b, bias, out, stream, pdl);
+      default: return launch_mma_gemv<__nv_bfloat16>(a, b, scale_a, scale_b, bias, out, stream, pdl);
     }
   }
   if (gemv_layout(a, b, out, 4)) {
