@@ -36,7 +36,10 @@
 //
 // Build and run on the GPU machine (no CMake needed):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/moe_probe.cu -o /tmp/moe_probe && /tmp/moe_probe
-// ("/tmp/moe_probe fp8down": only session 8's FP8 down access patterns, described above them)
+// ("/tmp/moe_probe fp8down": only session 8's FP8 down access patterns, described above them;
+// "/tmp/moe_probe prefetch [coresident]": session 10's down-weight requests during gate_up, see
+// chain_gate_up_kernel's DOWN_PREFETCH and coresident_down_kernel; results in src/cuda/moe.cu's
+// versions list)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -394,19 +397,33 @@ __global__ void __launch_bounds__(kFusedThreads, MIN_BLOCKS) fused_kernel(const 
 // The FP8 chain's gate_up and down (the bf16 chain uses rows_kernel and down_kernel<8>): the same
 // items as the fused kernel, one launch each, experts from the router's ids after the wait.
 // gate_up: block (x, y) = 8 channels of pair y, 6 blocks per SM as ember's bf16 gate_up.
-template <bool FP8>
+// DOWN_PREFETCH (the "prefetch" section, session 10): block (x, y) also requests slice x of pair
+// y's down matrix into the L2 (4 KB cp.async.bulk.prefetch.L2 pieces, one per thread), so down
+// reads it from there: 0 never, 1 right after the wait (with its own loads), 2 after its items.
+template <int kDownSliceBytes> __device__ __forceinline__ void prefetch_down_slice(const uint4* down_slice) {
+  if (threadIdx.x < kDownSliceBytes / 4096)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], 4096;" ::"l"(down_slice + threadIdx.x * 256) : "memory");
+}
+// LATE_TRIGGER (the "coresident" section): trigger the dependents after the wait for the router,
+// as ember's gate_up does, so the down kernel may read the router's ids at its start.
+template <bool FP8, int DOWN_PREFETCH = 0, bool LATE_TRIGGER = false>
 __global__ void __launch_bounds__(256, 6) chain_gate_up_kernel(const uint4* __restrict__ gate_up_w, const float* __restrict__ scales,
                                                                const uint4* __restrict__ x_global, const int* __restrict__ ids,
-                                                               __nv_bfloat16* __restrict__ h) {
+                                                               __nv_bfloat16* __restrict__ h, const uint4* __restrict__ down_w = nullptr) {
+  constexpr int kDownSliceBytes = static_cast<int>(kDownExpertBytesOf<FP8> / (kInter / 8));
   __shared__ uint4 x[kHidden / 8];
-  pdl_trigger();
+  if (!LATE_TRIGGER) pdl_trigger();
   for (int i = threadIdx.x; i < kHidden / 8; i += 256) x[i] = x_global[i];
   pdl_wait();
+  if (LATE_TRIGGER) pdl_trigger();
   const int e = ids[blockIdx.y];
+  const uint4* down_slice = down_w + (e * kDownExpertBytesOf<FP8> + blockIdx.x * size_t{kDownSliceBytes}) / 16;
+  if constexpr (DOWN_PREFETCH == 1) prefetch_down_slice<kDownSliceBytes>(down_slice);
   __syncthreads();
   const int i = blockIdx.x * 8 + threadIdx.x / 32;
   const float v = gate_up_item<FP8>(gate_up_w, scales, x, e, i);
   if (threadIdx.x % 32 == 0) h[blockIdx.y * kInter + i] = __float2bfloat16(v);
+  if constexpr (DOWN_PREFETCH == 2) prefetch_down_slice<kDownSliceBytes>(down_slice);
 }
 // down: block n = output n, warp j = pair j's row; the block adds the 8 in shared memory.
 template <bool FP8>
@@ -424,6 +441,72 @@ __global__ void __launch_bounds__(256) chain_down_kernel(const uint4* __restrict
     float sum = 0.f;
     for (int k = 0; k < kTopK; ++k) sum += partial[k];
     out[n] = sum;
+  }
+}
+
+// ---- coresident (session 10): down's weights in flight while gate_up streams ---------------------
+// The chain's down kernel can only start reading once gate_up's blocks leave the SMs. Here gate_up
+// triggers its dependents after its own wait (the router's ids are final), and the down kernel is
+// ONE block per SM (128 threads, 32 registers: it fits beside gate_up's 6 blocks of 256 threads at
+// 40 registers) that requests its whole share of the 8 experts' down rows (OUTPUTS rows each,
+// contiguous) into shared memory with cp.async.bulk as soon as it starts (EARLY) or only after its
+// wait for gate_up (not EARLY: the same kernel without the overlap), then waits for gate_up, stages
+// h and computes its outputs from shared memory.
+template <bool FP8, int OUTPUTS> constexpr uint32_t kCoSliceBytes = OUTPUTS * kInter * (FP8 ? 1 : 2);  // one expert's rows
+template <bool FP8, int OUTPUTS, bool EARLY>
+__global__ void __launch_bounds__(128, 16) coresident_down_kernel(const uint4* __restrict__ down_w, const float* __restrict__ scales,
+                                                                  const __nv_bfloat16* __restrict__ h, const int* __restrict__ ids,
+                                                                  float* __restrict__ out) {
+  extern __shared__ __align__(128) uint4 rows[];  // [expert j][output o][row chunks]
+  __shared__ uint4 hs[kTopK * kInter / 8];          // the 8 pairs' h rows, bf16
+  __shared__ __align__(8) uint64_t bar;
+  constexpr uint32_t kRowBytes = kInter * (FP8 ? 1 : 2), kSlice = kCoSliceBytes<FP8, OUTPUTS>;
+  const int n0 = blockIdx.x * OUTPUTS;
+  const auto bar_addr = static_cast<uint32_t>(__cvta_generic_to_shared(&bar));
+  const auto request = [&] {
+    if (threadIdx.x != 0) return;
+    asm volatile(
+        "mbarrier.init.shared::cta.b64 [%0], 1;\n\t"
+        "fence.mbarrier_init.release.cluster;\n\t"
+        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_addr), "r"(kTopK * kSlice)
+        : "memory");
+    for (int j = 0; j < kTopK; ++j) {
+      const char* src = reinterpret_cast<const char*>(down_w) + __ldcg(ids + j) * kDownExpertBytesOf<FP8> + size_t{kRowBytes} * n0;
+      const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(reinterpret_cast<char*>(rows) + j * kSlice));
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst), "l"(src),
+                   "r"(kSlice), "r"(bar_addr)
+                   : "memory");
+    }
+  };
+  if (EARLY) request();
+  pdl_wait();
+  if (!EARLY) request();
+  for (int i = threadIdx.x; i < kTopK * kInter / 8; i += 128) hs[i] = __ldcg(reinterpret_cast<const uint4*>(h) + i);
+  if (threadIdx.x == 0) {
+    uint32_t done = 0;
+    while (!done)
+      asm volatile(
+          "{\n\t.reg .pred p;\n\t"
+          "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n\t"
+          "selp.u32 %0, 1, 0, p;\n\t}" : "=r"(done) : "r"(bar_addr) : "memory");
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  constexpr int kChunks = kRowBytes / 16;  // 16-byte chunks per row: 48 FP8, 96 bf16
+  for (int o = warp; o < OUTPUTS; o += 4) {
+    float acc = 0.f;
+    for (int j = 0; j < kTopK; ++j) {
+      const uint4* row = rows + (j * kSlice + o * kRowBytes) / 16;
+      const float* row_scales = scales + (__ldcg(ids + j) * (kHidden / kScaleBlock) + (n0 + o) / kScaleBlock) * (kInter / kScaleBlock);
+      for (int c = lane; c < kChunks; c += 32) {
+        if constexpr (FP8) acc = fmaf(dot16_e4m3(row[c], hs[j * kInter / 8 + 2 * c], hs[j * kInter / 8 + 2 * c + 1], 0.f),
+                                      row_scales[c * 16 / kScaleBlock], acc);
+        else acc = dot8(row[c], hs[j * kInter / 8 + c], acc);
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (lane == 0) out[n0 + o] = acc;
   }
 }
 
@@ -513,12 +596,13 @@ void report(const char* name, float us, size_t bytes = kLaunchBytes) {
 
 void run_fp8_down(const uint4* down, const std::vector<Chosen>& choices, unsigned* out, int sms);
 
-// Arguments: "fp8down" runs only that section (session 8); none: every section.
+// Arguments: "fp8down" or "prefetch" runs only that section (sessions 8, 10); none: every section.
 int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   CHECK(cudaGetDeviceProperties(&prop, 0));
   const int sms = prop.multiProcessorCount;
   const bool only_fp8_down = argc > 1 && std::string(argv[1]) == "fp8down";
+  const bool only_prefetch = argc > 1 && std::string(argv[1]) == "prefetch";
   uint4 *w = nullptr, *x = nullptr;
   float* h = nullptr;
   CHECK(cudaMalloc(&w, kExperts * kExpertBytes));
@@ -544,6 +628,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   std::printf("%s, %d SMs; Qwen3-30B-A3B gate_up at T = 1: %zu MB per launch\n", prop.name, sms, kLaunchBytes >> 20);
+  if (!only_prefetch) {  // the sections before session 10
   for (int blocks_per_sm : {4, 8, 16}) {
     char name[64];
     std::snprintf(name, sizeof name, "stream L4 %d/SM", blocks_per_sm);
@@ -576,6 +661,7 @@ int main(int argc, char** argv) {
   down_variant(down_kernel<2>, 2, "down S2");
   down_variant(down_kernel<4>, 4, "down S4");
   down_variant(down_kernel<8>, 8, "down S8");
+  }
   // chain: the layer's kernels back to back as ember runs them (router -> gate_up -> down), with
   // and without programmatic dependent launch; and the parts alone, for the gaps between them.
   unsigned* ticket = nullptr;
@@ -596,6 +682,7 @@ int main(int argc, char** argv) {
     if (split == 1) launch(down_kernel<1>, kHidden / 8, 256, s, pdl, down, down, c, h, ids);  // grids as in down_variant
     else launch(down_kernel<8>, kHidden, 256, s, pdl, down, down, c, h, ids);
   };
+  if (!only_prefetch) {
   report("chain router alone", time_choices([&](cudaStream_t s, const Chosen& c) { router(s, c, false); }, choices), kExperts * kRowBytes);
   report("chain router+gate_up", time_choices([&](cudaStream_t s, const Chosen& c) { router(s, c, false); gate_up(s, c, true); }, choices));
   for (int split : {1, 8})
@@ -608,6 +695,7 @@ int main(int argc, char** argv) {
         down_part(s, c, pdl, split);
       }, choices), kLaunchBytes + kDownBytes);
     }
+  }
   // FP8 experts: the gate_up and down buffers read as e4m3 bytes (0x3c: 1.5), block scales 0.75.
   float *gate_up_scales = nullptr, *down_scales = nullptr;
   const size_t gate_up_scale_count = size_t{kExperts} * (2 * kInter / kScaleBlock) * (kHidden / kScaleBlock);
@@ -620,16 +708,76 @@ int main(int argc, char** argv) {
   float* layer_out = nullptr;
   CHECK(cudaMalloc(&layer_out, kHidden * sizeof(float)));
   constexpr size_t kFp8LayerBytes = kTopK * (kGateUpExpertBytes<true> + kDownExpertBytesOf<true>);  // 37.5 MB
+  if (!only_prefetch) {
   report("chain fp8 3 kernels PDL", time_choices([&](cudaStream_t s, const Chosen& c) {
     router(s, c, false);
-    launch(chain_gate_up_kernel<true>, gate_up_grid, 256, s, true, w, gate_up_scales, x, ids, bf16_h);
+    launch(chain_gate_up_kernel<true>, gate_up_grid, 256, s, true, w, gate_up_scales, x, ids, bf16_h, down);
     launch(chain_down_kernel<true>, kHidden, 256, s, true, down, down_scales, bf16_h, ids, layer_out);
   }, choices), kFp8LayerBytes);
   report("chain bf16 items PDL", time_choices([&](cudaStream_t s, const Chosen& c) {  // the same kernels, bf16
     router(s, c, false);
-    launch(chain_gate_up_kernel<false>, gate_up_grid, 256, s, true, w, gate_up_scales, x, ids, bf16_h);
+    launch(chain_gate_up_kernel<false>, gate_up_grid, 256, s, true, w, gate_up_scales, x, ids, bf16_h, down);
     launch(chain_down_kernel<false>, kHidden, 256, s, true, down, down_scales, bf16_h, ids, layer_out);
   }, choices), kLaunchBytes + kDownBytes);
+  }
+  if (only_prefetch) {
+    // prefetch: the FP8 and bf16 chains above with gate_up's blocks requesting down's rows into
+    // the L2 (chain_gate_up_kernel's DOWN_PREFETCH), each in one graph with the plain chain.
+    const auto chain_variant = [&](auto gate_up_kernel, auto down_kernel, const char* name, size_t bytes) {
+      report(name, time_choices([&](cudaStream_t s, const Chosen& c) {
+        router(s, c, false);
+        launch(gate_up_kernel, gate_up_grid, 256, s, true, w, gate_up_scales, x, ids, bf16_h, down);
+        launch(down_kernel, kHidden, 256, s, true, down, down_scales, bf16_h, ids, layer_out);
+      }, choices), bytes);
+    };
+    if (argc > 2 && std::string(argv[2]) == "coresident") {
+      const auto co = [&](auto gate_up_kernel, auto down_kernel, int outputs, uint32_t smem, const char* name, size_t bytes) {
+        CHECK(cudaFuncSetAttribute(down_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        report(name, time_choices([&](cudaStream_t s, const Chosen& c) {
+          router(s, c, false);
+          launch(gate_up_kernel, gate_up_grid, 256, s, true, w, gate_up_scales, x, ids, bf16_h, down);
+          cudaLaunchConfig_t config{};
+          config.gridDim = dim3(kHidden / outputs);
+          config.blockDim = dim3(128);
+          config.dynamicSmemBytes = smem;
+          config.stream = s;
+          cudaLaunchAttribute attribute{};
+          attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+          attribute.val.programmaticStreamSerializationAllowed = 1;
+          config.attrs = &attribute;
+          config.numAttrs = 1;
+          CHECK(cudaLaunchKernelEx(&config, down_kernel, static_cast<const uint4*>(down), static_cast<const float*>(down_scales),
+                                   static_cast<const __nv_bfloat16*>(bf16_h), static_cast<const int*>(ids), layer_out));
+        }, choices), bytes);
+      };
+      for (int round = 0; round < 2; ++round) {
+        chain_variant(chain_gate_up_kernel<true, 0, true>, chain_down_kernel<true>, "fp8 chain late trigger", kFp8LayerBytes);
+        co(chain_gate_up_kernel<true, 0, true>, coresident_down_kernel<true, 16, true>, 16, kTopK * kCoSliceBytes<true, 16>,
+           "fp8 coresident early", kFp8LayerBytes);
+        co(chain_gate_up_kernel<true, 0, true>, coresident_down_kernel<true, 16, false>, 16, kTopK * kCoSliceBytes<true, 16>,
+           "fp8 coresident late", kFp8LayerBytes);
+        co(chain_gate_up_kernel<true, 0, true>, coresident_down_kernel<true, 8, true>, 8, kTopK * kCoSliceBytes<true, 8>,
+           "fp8 co 8 early", kFp8LayerBytes);
+        chain_variant(chain_gate_up_kernel<false, 0, true>, chain_down_kernel<false>, "bf16 chain late trigger", kLaunchBytes + kDownBytes);
+        co(chain_gate_up_kernel<false, 0, true>, coresident_down_kernel<false, 8, true>, 8, kTopK * kCoSliceBytes<false, 8>,
+           "bf16 co 8 early", kLaunchBytes + kDownBytes);
+        co(chain_gate_up_kernel<false, 0, true>, coresident_down_kernel<false, 8, false>, 8, kTopK * kCoSliceBytes<false, 8>,
+           "bf16 co 8 late", kLaunchBytes + kDownBytes);
+        co(chain_gate_up_kernel<false, 0, true>, coresident_down_kernel<false, 4, true>, 4, kTopK * kCoSliceBytes<false, 4>,
+           "bf16 co 4 early", kLaunchBytes + kDownBytes);
+      }
+      return 0;
+    }
+    for (int round = 0; round < 2; ++round) {
+      chain_variant(chain_gate_up_kernel<true, 0>, chain_down_kernel<true>, "fp8 chain", kFp8LayerBytes);
+      chain_variant(chain_gate_up_kernel<true, 1>, chain_down_kernel<true>, "fp8 prefetch start", kFp8LayerBytes);
+      chain_variant(chain_gate_up_kernel<true, 2>, chain_down_kernel<true>, "fp8 prefetch end", kFp8LayerBytes);
+      chain_variant(chain_gate_up_kernel<false, 0>, chain_down_kernel<false>, "bf16 chain", kLaunchBytes + kDownBytes);
+      chain_variant(chain_gate_up_kernel<false, 1>, chain_down_kernel<false>, "bf16 prefetch start", kLaunchBytes + kDownBytes);
+      chain_variant(chain_gate_up_kernel<false, 2>, chain_down_kernel<false>, "bf16 prefetch end", kLaunchBytes + kDownBytes);
+    }
+    return 0;
+  }
   // fused: one cooperative launch per layer, as many blocks as fit (MIN_BLOCKS per SM requested).
   GridBarrier* barrier = nullptr;
   CHECK(cudaMalloc(&barrier, sizeof(GridBarrier)));

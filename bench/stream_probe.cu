@@ -10,7 +10,28 @@
 // Build and run on the GPU machine (no CMake needed):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/stream_probe.cu -o /tmp/stream_probe && /tmp/stream_probe
 // Prints one line per (loads, blocks per SM, MB): microseconds and TB/s.
+//
+// "stream_probe pdl" (session 10): the same read kernel as a chain of programmatic dependent
+// launches, the question being how much of the ~2 us per launch a decode GEMV can hide behind the
+// kernel before it. Each launch triggers its dependents at its start, so the next launch's blocks
+// become resident as this one's blocks retire (its tail); before griddepcontrol.wait they may only
+// request their first bytes into the L2 (always safe: the L2 is the GPU's point of coherence, so a
+// prefetch cannot return data older than the previous kernel's writes). Modes:
+//   plain   ordinary launches (the number above);
+//   pdl     programmatic dependent launches, nothing before the wait;
+//   lines   pdl, each thread requests its first batch's lines (prefetch.global.L2) before the wait;
+//   bulk    pdl, L threads of a block request its first batch's L 4 KB pieces with one
+//           cp.async.bulk.prefetch.L2 each.
+// "stream_probe pdlgrid": plain, pdl and late (pdl with the trigger after the main loop) for grids
+// of 448, 528, 600, 792 and 1056 blocks (8 fit per SM), i.e. whole and partial blocks per SM.
+// Measured (H200, session 10; src/cuda/dependent_launch.cuh has the reading):
+//   pdl, 4/SM, us: 16.8 MB 5.28 -> 4.95 (lines 5.12, bulk 5.07), 58.7 MB 14.60 -> 14.28 (15.22,
+//   15.18), 117 MB 27.43 -> 27.14 (27.98, 28.04); 4 MB 2.43 -> 2.02 (1.88, 1.86).
+//   pdlgrid, 117 MB, plain / pdl / late: 448 blocks 27.96 / 31.86 / 28.66, 528 27.81 / 27.53 /
+//   28.35, 600 27.89 / 39.37 / 28.29, 792 27.68 / 33.23 / 27.83, 1056 27.56 / 27.24 / 27.21;
+//   58.7 MB: 448 14.81 / 16.54 / 14.69, 600 14.80 / 20.10 / 14.51, 1056 14.79 / 14.43 / 14.52.
 #include <cstdint>
+#include <string>
 
 #include "probe_timing.cuh"
 
@@ -37,6 +58,68 @@ __global__ void __launch_bounds__(256) read_kernel(const uint4* __restrict__ src
   if (threadIdx.x == 0) out[blockIdx.x] = block_acc;
 }
 
+enum class Mode { plain, pdl, lines, bulk, late };
+const char* mode_name(Mode m) {
+  return m == Mode::plain ? "plain" : m == Mode::pdl ? "pdl" : m == Mode::lines ? "lines" : m == Mode::bulk ? "bulk" : "late";
+}
+
+// read_kernel's loop after a programmatic-dependent-launch prologue (MODE).
+template <int LOADS, Mode MODE>
+__global__ void __launch_bounds__(256) chained_read_kernel(const uint4* __restrict__ src, size_t n_vec, unsigned* __restrict__ out) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if constexpr (MODE != Mode::plain && MODE != Mode::late) asm volatile("griddepcontrol.launch_dependents;" :::);
+  if constexpr (MODE == Mode::lines) {
+#pragma unroll
+    for (int u = 0; u < LOADS; ++u) {
+      const size_t i = first + u * stride;
+      if (i < n_vec && i % 8 == 0) asm volatile("prefetch.global.L2 [%0];" ::"l"(src + i));  // one per 128-byte line
+    }
+  }
+  if constexpr (MODE == Mode::bulk) {
+    const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x * stride;  // thread u: piece u
+    if (threadIdx.x < LOADS && i + blockDim.x <= n_vec)
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src + i), "r"(static_cast<unsigned>(blockDim.x * 16)) : "memory");
+  }
+  if constexpr (MODE != Mode::plain) asm volatile("griddepcontrol.wait;" ::: "memory");
+  unsigned acc = 0;
+  for (size_t i0 = first; i0 < n_vec; i0 += LOADS * stride) {
+    uint4 v[LOADS];
+#pragma unroll
+    for (int u = 0; u < LOADS; ++u) {
+      const size_t i = i0 + u * stride;
+      v[u] = i < n_vec ? src[i] : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < LOADS; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if constexpr (MODE == Mode::late) asm volatile("griddepcontrol.launch_dependents;" :::);
+  if (acc == 0x12345678u) out[blockIdx.x] = acc;  // keeps the loads; practically never true
+}
+
+template <int LOADS, Mode MODE>
+float time_chain(const unsigned char* buffer, size_t buffer_bytes, size_t bytes, int blocks, unsigned* out) {
+  const int launches = static_cast<int>(std::max<size_t>(20, (size_t{240} << 20) / bytes));
+  const size_t slots = buffer_bytes / bytes;
+  return time_graph(
+      [&](cudaStream_t stream) {
+        for (int l = 0; l < launches; ++l) {
+          cudaLaunchConfig_t config{};
+          config.gridDim = dim3(blocks);
+          config.blockDim = dim3(256);
+          config.stream = stream;
+          cudaLaunchAttribute attribute{};
+          attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+          attribute.val.programmaticStreamSerializationAllowed = 1;
+          config.attrs = &attribute;
+          config.numAttrs = MODE == Mode::plain ? 0 : 1;
+          const auto* src = reinterpret_cast<const uint4*>(buffer + (l % slots) * bytes);
+          CHECK(cudaLaunchKernelEx(&config, chained_read_kernel<LOADS, MODE>, src, bytes / 16, out));
+        }
+      },
+      launches);
+}
+
 template <int LOADS> float time_reads(const unsigned char* buffer, size_t buffer_bytes, size_t bytes, int blocks, unsigned* out) {
   // Launches whose bytes add up to at least 4x the L2, at distinct offsets (>= 20 slots), so a
   // replay reads from HBM.
@@ -52,7 +135,7 @@ template <int LOADS> float time_reads(const unsigned char* buffer, size_t buffer
       launches);
 }
 
-int main() {
+int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   CHECK(cudaGetDeviceProperties(&prop, 0));
   const size_t buffer_bytes = size_t{4} << 30;  // 4 GB: at least 20 slots of the largest size
@@ -62,6 +145,37 @@ int main() {
   CHECK(cudaMemset(buffer, 1, buffer_bytes));
   CHECK(cudaMalloc(&out, 65536 * sizeof(unsigned)));
   std::printf("%s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  if (argc > 1 && std::string(argv[1]) == "pdlgrid") {
+    // Grids that leave slots free (256 threads, 8 blocks per SM fit): does a chain of dependent
+    // launches lose when the next grid's blocks can be resident early, wherever slots are free?
+    std::printf("mode  blocks      MB        us     TB/s\n");
+    for (double mb : {16.8, 58.7, 117.4})
+      for (int blocks : {448, 528, 600, 792, 1056}) {
+        const size_t bytes = static_cast<size_t>(mb * 1e6) / 4096 * 4096;
+        const auto row = [&](Mode m, float us) { std::printf("%-5s %6d %7.1f %9.2f %8.2f\n", mode_name(m), blocks, mb, us, bytes / us / 1e6); };
+        row(Mode::plain, time_chain<4, Mode::plain>(buffer, buffer_bytes, bytes, blocks, out));
+        row(Mode::pdl, time_chain<4, Mode::pdl>(buffer, buffer_bytes, bytes, blocks, out));
+        row(Mode::late, time_chain<4, Mode::late>(buffer, buffer_bytes, bytes, blocks, out));
+      }
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "pdl") {
+    std::printf("mode  loads blocks/SM      MB        us     TB/s\n");
+    for (int blocks_per_sm : {4, 8})
+      for (double mb : {4.0, 16.8, 58.7, 117.4}) {
+        const size_t bytes = static_cast<size_t>(mb * 1e6) / 4096 * 4096;
+        const int blocks = blocks_per_sm * prop.multiProcessorCount;
+        const auto row = [&](Mode m, int loads, float us) {
+          std::printf("%-5s %5d %9d %7.1f %9.2f %8.2f\n", mode_name(m), loads, blocks_per_sm, mb, us, bytes / us / 1e6);
+        };
+        row(Mode::plain, 4, time_chain<4, Mode::plain>(buffer, buffer_bytes, bytes, blocks, out));
+        row(Mode::pdl, 4, time_chain<4, Mode::pdl>(buffer, buffer_bytes, bytes, blocks, out));
+        row(Mode::lines, 4, time_chain<4, Mode::lines>(buffer, buffer_bytes, bytes, blocks, out));
+        row(Mode::bulk, 4, time_chain<4, Mode::bulk>(buffer, buffer_bytes, bytes, blocks, out));
+        row(Mode::bulk, 8, time_chain<8, Mode::bulk>(buffer, buffer_bytes, bytes, blocks, out));
+      }
+    return 0;
+  }
   std::printf("loads blocks/SM      MB        us     TB/s\n");
   const int sizes_mb[] = {1, 4, 16, 25, 50, 100, 200};
   for (int blocks_per_sm : {4, 8}) {
