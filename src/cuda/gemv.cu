@@ -111,7 +111,13 @@
 //      weights, goes out as a programmatic dependent launch that lets the next kernel launch once
 //      its main loop is done (gemv() has the rule and numbers). In the decode bench, torch in the
 //      same call: 88 shapes geomean 1.274x (session 8) -> 1.343x, min 0.975x; a trigger at the
-//      kernels' start (first try) was slower than the late one on most shapes from 16 MB. (this)
+//      kernels' start (first try) was slower than the late one on most shapes from 16 MB.
+//   v13 (session 10) columns_kernel: a slice's last 1..3 rows as one predicated batch, where v4
+//      loaded them one dependent round trip at a time. One build, a temporary switch, H200, best of
+//      two runs: 14336x4096 30.83 -> 30.35 us, 14336x3584 27.49 -> 27.22, 9216x2304 14.36 -> 14.16,
+//      7168x2048 10.91 -> 10.71, 4096x4096 11.69 -> 11.51; the other shapes within 0.6%. Not taken:
+//      fence.acq_rel.gpu for the ticket's two __threadfence (MEMBAR.SC.GPU in the SASS), within
+//      0.5% either way. (this)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -333,11 +339,19 @@ __global__ void __launch_bounds__(kThreads) columns_kernel(const T* __restrict__
 #pragma unroll
           for (int j = 0; j < VW; ++j) acc[j] = fmaf(xs[u], to_float(r[u].v[j]), acc[j]);
       }
-      for (; kk < k_end; kk += kSlices) {
-        const Vec<T> r = *reinterpret_cast<const Vec<T>*>(b + kk * ldb + col0);
-        const float xk = to_float(x[kk]);
+      if (kk < k_end) {  // the last 1..3 rows as one predicated batch: their loads in flight together
+        Vec<T> r[3];
+        float xs[3];
 #pragma unroll
-        for (int j = 0; j < VW; ++j) acc[j] = fmaf(xk, to_float(r.v[j]), acc[j]);
+        for (int u = 0; u < 3; ++u) {
+          const int64_t kr = kk + u * kSlices;
+          r[u] = kr < k_end ? *reinterpret_cast<const Vec<T>*>(b + kr * ldb + col0) : Vec<T>{};
+          xs[u] = kr < k_end ? to_float(x[kr]) : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < 3; ++u)
+#pragma unroll
+          for (int j = 0; j < VW; ++j) acc[j] = fmaf(xs[u], to_float(r[u].v[j]), acc[j]);
       }
     } else {
       for (; kk < k_end; kk += kSlices) acc[0] = fmaf(to_float(x[kk]), to_float(b[kk * ldb + col0]), acc[0]);
