@@ -569,12 +569,14 @@ __global__ void __launch_bounds__(128, 4) fp8_down_row_pattern(const uint4* __re
   if (acc == 0x12345678u) out[0] = acc;
 }
 
-// launch with the programmatic-serialization attribute when `pdl`.
+// launch with `smem` bytes of dynamic shared memory and the programmatic-serialization attribute
+// when `pdl`.
 template <class... Params, class... Args>
-void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t s, bool pdl, Args... args) {
+void launch_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, bool pdl, Args... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
+  config.dynamicSmemBytes = smem;
   config.stream = s;
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -582,6 +584,10 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t s, bo
   config.attrs = &attribute;
   config.numAttrs = pdl ? 1 : 0;
   CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
+}
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t s, bool pdl, Args... args) {
+  launch_smem(kernel, grid, block, 0, s, pdl, args...);
 }
 
 // Times `launch(stream, chosen)` over the choices (one launch each: other experts, and together
@@ -736,18 +742,7 @@ int main(int argc, char** argv) {
         report(name, time_choices([&](cudaStream_t s, const Chosen& c) {
           router(s, c, false);
           launch(gate_up_kernel, gate_up_grid, 256, s, true, w, gate_up_scales, x, ids, bf16_h, down);
-          cudaLaunchConfig_t config{};
-          config.gridDim = dim3(kHidden / outputs);
-          config.blockDim = dim3(128);
-          config.dynamicSmemBytes = smem;
-          config.stream = s;
-          cudaLaunchAttribute attribute{};
-          attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-          attribute.val.programmaticStreamSerializationAllowed = 1;
-          config.attrs = &attribute;
-          config.numAttrs = 1;
-          CHECK(cudaLaunchKernelEx(&config, down_kernel, static_cast<const uint4*>(down), static_cast<const float*>(down_scales),
-                                   static_cast<const __nv_bfloat16*>(bf16_h), static_cast<const int*>(ids), layer_out));
+          launch_smem(down_kernel, kHidden / outputs, 128, smem, s, true, down, down_scales, bf16_h, ids, layer_out);
         }, choices), bytes);
       };
       for (int round = 0; round < 2; ++round) {

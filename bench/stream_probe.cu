@@ -35,11 +35,11 @@
 
 #include "probe_timing.cuh"
 
-template <int LOADS>
-__global__ void __launch_bounds__(256) read_kernel(const uint4* __restrict__ src, size_t n_vec, unsigned* __restrict__ out) {
+// This thread's grid-stride share of src (from `first`, `stride` apart), LOADS loads in flight,
+// XORed into one word.
+template <int LOADS> __device__ __forceinline__ unsigned read_xor(const uint4* __restrict__ src, size_t n_vec, size_t first, size_t stride) {
   unsigned acc = 0;
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t i0 = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i0 < n_vec; i0 += LOADS * stride) {
+  for (size_t i0 = first; i0 < n_vec; i0 += LOADS * stride) {
     uint4 v[LOADS];
 #pragma unroll
     for (int u = 0; u < LOADS; ++u) {
@@ -49,6 +49,13 @@ __global__ void __launch_bounds__(256) read_kernel(const uint4* __restrict__ src
 #pragma unroll
     for (int u = 0; u < LOADS; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
+  return acc;
+}
+
+template <int LOADS>
+__global__ void __launch_bounds__(256) read_kernel(const uint4* __restrict__ src, size_t n_vec, unsigned* __restrict__ out) {
+  const unsigned acc = read_xor<LOADS>(src, n_vec, static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+                                       static_cast<size_t>(gridDim.x) * blockDim.x);
   // One word per block, so the loads cannot be dropped.
   __shared__ unsigned block_acc;
   if (threadIdx.x == 0) block_acc = 0;
@@ -82,17 +89,7 @@ __global__ void __launch_bounds__(256) chained_read_kernel(const uint4* __restri
       asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src + i), "r"(static_cast<unsigned>(blockDim.x * 16)) : "memory");
   }
   if constexpr (MODE != Mode::plain) asm volatile("griddepcontrol.wait;" ::: "memory");
-  unsigned acc = 0;
-  for (size_t i0 = first; i0 < n_vec; i0 += LOADS * stride) {
-    uint4 v[LOADS];
-#pragma unroll
-    for (int u = 0; u < LOADS; ++u) {
-      const size_t i = i0 + u * stride;
-      v[u] = i < n_vec ? src[i] : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < LOADS; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
+  const unsigned acc = read_xor<LOADS>(src, n_vec, first, stride);
   if constexpr (MODE == Mode::late) asm volatile("griddepcontrol.launch_dependents;" :::);
   if (acc == 0x12345678u) out[blockIdx.x] = acc;  // keeps the loads; practically never true
 }
