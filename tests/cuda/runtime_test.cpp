@@ -546,6 +546,30 @@ TEST(CudaRuntime, FastPathGating) {
   }
 }
 
+// Programmatic dependent launches: sm_90 with fast paths, unless EMBER_DISABLE_PDL=1.
+TEST(CudaRuntime, DependentLaunchGating) {
+  REQUIRE_CUDA();
+  const bool sm90 = cuda::compute_capability(0) >= 90;
+  ScopedEnv no_disable("EMBER_DISABLE_FAST_PATHS", nullptr), no_force("EMBER_FORCE_FAST_PATHS", nullptr);
+  {
+    ScopedEnv unset("EMBER_DISABLE_PDL", nullptr);
+    EXPECT_EQ(cuda::dependent_launches_enabled(0), sm90);
+  }
+  {
+    ScopedEnv off("EMBER_DISABLE_PDL", "1");
+    EXPECT_FALSE(cuda::dependent_launches_enabled(0));
+  }
+  {
+    ScopedEnv on("EMBER_DISABLE_PDL", "0"), disable("EMBER_DISABLE_FAST_PATHS", "1");
+    EXPECT_FALSE(cuda::dependent_launches_enabled(0));
+  }
+  {
+    ScopedEnv bad("EMBER_DISABLE_PDL", "yes");
+    const std::string message = error_message([&] { cuda::dependent_launches_enabled(0); });
+    EXPECT_NE(message.find("EMBER_DISABLE_PDL: expected 0 or 1"), std::string::npos) << message;
+  }
+}
+
 #else
 
 TEST(CudaRuntime, GpuCases) { GTEST_SKIP() << cuda::availability().reason; }
