@@ -53,6 +53,9 @@ fi
 if has sanitize || has memcheck || has racecheck; then
   stamp sanitize
   # The parity cases and the CUDA runtime tests; the out-of-memory test provokes an API error on purpose.
+  # With EMBER_CUDA_ALLOC=direct (every buffer its own cudaMalloc) memcheck also sees a write past a
+  # buffer, which the caching allocator's segments hide (session 10's SVD bug); graph captures and
+  # the runtime's memory-statistics tests need the caching allocator, so filter to '*Parity*' then.
   filter=${SANITIZE_FILTER:-'*Parity*:CudaRuntime.*-CudaRuntime.OutOfMemory*'}
   # SANITIZE_SHARD=i/n runs the i-th of n gtest shards (racecheck over every case outlasts one call).
   if [ -n "${SANITIZE_SHARD:-}" ]; then export GTEST_SHARD_INDEX=${SANITIZE_SHARD%/*} GTEST_TOTAL_SHARDS=${SANITIZE_SHARD#*/}; fi
