@@ -733,7 +733,6 @@ void scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Te
                const Tensor& out, bool use_fast_accum) {
   const int device = out.device().index;
   cudaStream_t stream = current_raw_stream(device);
-  const bool pdl = dependent_launches_enabled(device);
   // M = 1 over 128 MB of weights or more without use_fast_accum: cuBLASLt, as torch does
   // (1x8192x28672, 235 MB: 56.6 us = torch, fp8_mma16_gemv 63 us), at torch's precision (the FP8
   // tensor cores' partial sums, promoted to f32 now and then: ~1% of max|out| at K = 8192, see
@@ -746,6 +745,7 @@ void scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Te
     return;
   }
   if (gemv_layout(a, b, out, 1) && a.size(1) <= kStagedMaxK && out.size(1) <= INT32_MAX && fast_paths_enabled(device, 89)) {
+    const bool pdl = dependent_launches_enabled(device);
     switch (out.dtype()) {
       case kFloat32: return launch_m1_gemv<float>(a, b, scale_a, scale_b, bias, out, stream, use_fast_accum, pdl);
       case kFloat16: return launch_m1_gemv<__half>(a, b, scale_a, scale_b, bias, out, stream, use_fast_accum, pdl);
@@ -753,6 +753,7 @@ void scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Te
     }
   }
   if (gemv_layout(a, b, out, kMmaMaxRows) && fast_paths_enabled(device, 89)) {
+    const bool pdl = dependent_launches_enabled(device);
     switch (out.dtype()) {
       case kFloat32: return launch_mma_gemv<float>(a, b, scale_a, scale_b, bias, out, stream, pdl);
       case kFloat16: return launch_mma_gemv<__half>(a, b, scale_a, scale_b, bias, out, stream, pdl);

@@ -7,10 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "compare.h"
+#include "cuda/graph_capture.h"
 #include "ember/ember.h"
 
 #ifdef EMBER_WITH_CUDA
@@ -131,29 +133,22 @@ TEST(CudaDependentLaunch, GemvChainReplaysInAGraph) {
   check(cudaMemsetAsync(xm_g.raw_data(), 0, xm_g.nbytes(), s), "zero xm");
   (void)gpu.run(x_g, xm_g);  // warm-up: allocator cache, library handles
   stream.synchronize();
-  cudaGraph_t graph = nullptr;
-  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "begin capture");
   std::vector<Tensor> out;
+  std::optional<test::CapturedGraph> graph;
   try {
-    out = gpu.run(x_g, xm_g);
+    graph.emplace(s, [&] { out = gpu.run(x_g, xm_g); });
   } catch (const std::exception& ex) {
-    cudaStreamEndCapture(s, &graph);
-    FAIL() << "the chain failed under capture: " << ex.what();
+    FAIL() << "the chain under capture: " << ex.what();
   }
-  check(cudaStreamEndCapture(s, &graph), "end capture");
-  cudaGraphExec_t exec = nullptr;
-  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
   for (uint64_t seed : {30, 31}) {
     const Tensor x = randn({3, 4096}, kFloat32, Device::cpu(), seed).to(kBFloat16), xm = moe_input(seed + 100);
     check(cudaMemcpyAsync(x_g.raw_data(), x.raw_data(), x.nbytes(), cudaMemcpyHostToDevice, s), "upload x");
     check(cudaMemcpyAsync(xm_g.raw_data(), xm.raw_data(), xm.nbytes(), cudaMemcpyHostToDevice, s), "upload xm");
-    check(cudaGraphLaunch(exec, s), "replay");
+    graph->replay();
     stream.synchronize();
     const std::vector<Tensor> expected = cpu.run(x, xm);
     for (size_t i = 0; i < out.size(); ++i) EXPECT_ALLCLOSE(out[i], expected[i], 3e-2, 3e-2) << "seed " << seed << ", output " << i;
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 #else
   GTEST_SKIP() << cuda::availability().reason;
 #endif

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <random>
 
 #include "compare.h"
+#include "cuda/graph_capture.h"
 #include "ember/ember.h"
 
 #ifdef EMBER_WITH_CUDA
@@ -72,28 +74,21 @@ void capture_and_replay(int64_t tokens, bool shared) {
   (void)moe_layer(x_g, router_g, gate_up_g, down_g, o_gpu);  // warm-up: allocator cache, handles
   stream.synchronize();
 
-  cudaGraph_t graph = nullptr;
-  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "begin capture");
   Tensor out;
+  std::optional<test::CapturedGraph> graph;
   try {
-    out = moe_layer(x_g, router_g, gate_up_g, down_g, o_gpu);
+    graph.emplace(s, [&] { out = moe_layer(x_g, router_g, gate_up_g, down_g, o_gpu); });
   } catch (const std::exception& ex) {
-    cudaStreamEndCapture(s, &graph);
-    FAIL() << "moe_layer failed under capture: " << ex.what();
+    FAIL() << "moe_layer under capture: " << ex.what();
   }
-  check(cudaStreamEndCapture(s, &graph), "end capture (a synchronising call inside the layer invalidates it)");
-  cudaGraphExec_t exec = nullptr;
-  check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
 
   for (const Tensor* x : {&x1, &x2, &x1}) {
     const Tensor host = x->contiguous();
     check(cudaMemcpyAsync(x_g.raw_data(), host.raw_data(), host.nbytes(), cudaMemcpyHostToDevice, s), "upload x");
-    check(cudaGraphLaunch(exec, s), "replay");
+    graph->replay();
     stream.synchronize();
     EXPECT_ALLCLOSE(out, moe_layer(*x, router, gate_up, down, o));
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 #endif
 
