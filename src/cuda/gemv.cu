@@ -812,9 +812,7 @@ int cluster_size_limit(const void* kernel, int device, int threads = kThreads) {
   std::lock_guard lock(mutex);
   const auto [it, inserted] = limits.try_emplace({kernel, device}, 0);
   if (!inserted) return it->second;
-  cudaFuncAttributes attributes{};
-  EMBER_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-  if (attributes.ptxVersion < 90) return it->second;
+  if (kernel_ptx_version(kernel, device) < 90) return it->second;
   EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   const ClusterLaunch launch(1, kMaxClusterSize, nullptr, false, threads);
   int largest = 0, clusters = 0;

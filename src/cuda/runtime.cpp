@@ -225,6 +225,21 @@ bool fast_paths_enabled(int device, int min_capability) {
   return false;
 }
 
+int kernel_ptx_version(const void* kernel, int device) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> versions;
+  const int d = resolve_device(device, "kernel_ptx_version");
+  std::lock_guard lock(mutex);
+  const auto [it, inserted] = versions.try_emplace({kernel, d}, 0);
+  if (inserted) {
+    DeviceGuard guard(d);
+    cudaFuncAttributes attributes{};
+    EMBER_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    it->second = attributes.ptxVersion;
+  }
+  return it->second;
+}
+
 bool dependent_launches_enabled(int device) {
   return !environment_flag("EMBER_DISABLE_PDL") && fast_paths_enabled(device, 90);
 }

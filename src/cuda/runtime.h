@@ -29,6 +29,11 @@ int compute_capability(int device);
 /// false when EMBER_DISABLE_FAST_PATHS=1 or the device lacks the capability `min_capability`.
 /// EMBER_FORCE_FAST_PATHS=1 on a device without the capability throws instead of being ignored.
 bool fast_paths_enabled(int device, int min_capability);
+/// The PTX version (major*10+minor of the compute_XX target) that `kernel` (a __global__
+/// function's address) runs from on `device`, cached: below 90 the binary carries no
+/// sm_90 code for it, and kernels that compile their cluster code for sm_90 only must not be
+/// launched as clusters.
+int kernel_ptx_version(const void* kernel, int device);
 /// Whether the decode kernels go out as programmatic dependent launches (dependent_launch.cuh):
 /// fast paths on sm_90 or newer, unless EMBER_DISABLE_PDL=1 (for profilers, and to measure what
 /// the overlap gives).
