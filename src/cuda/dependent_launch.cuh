@@ -60,20 +60,24 @@ struct DependentLaunch {
       ++config.numAttrs;
     }
   }
-  /// Clusters of `cluster` blocks along y.
-  DependentLaunch& cluster_y(unsigned cluster) {
-    cudaLaunchAttribute& a = attributes[config.numAttrs++];
-    a.id = cudaLaunchAttributeClusterDimension;
-    a.val.clusterDim.x = 1;
-    a.val.clusterDim.y = cluster;
-    a.val.clusterDim.z = 1;
-    return *this;
-  }
+  /// Clusters of `cluster` blocks along x or y.
+  DependentLaunch& cluster_x(unsigned cluster) { return cluster_dims(cluster, 1); }
+  DependentLaunch& cluster_y(unsigned cluster) { return cluster_dims(1, cluster); }
   DependentLaunch(const DependentLaunch&) = delete;  // config points at attributes
   DependentLaunch& operator=(const DependentLaunch&) = delete;
 
   template <class... Params, class... Args> void operator()(void (*kernel)(Params...), const Args&... args) const {
     EMBER_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
+  }
+
+ private:
+  DependentLaunch& cluster_dims(unsigned x, unsigned y) {
+    cudaLaunchAttribute& a = attributes[config.numAttrs++];
+    a.id = cudaLaunchAttributeClusterDimension;
+    a.val.clusterDim.x = x;
+    a.val.clusterDim.y = y;
+    a.val.clusterDim.z = 1;
+    return *this;
   }
 };
 

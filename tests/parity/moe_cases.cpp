@@ -122,6 +122,7 @@ struct LayerConfig {
   bool split = false;        // gate and up as two tensors (FP8 block scales of each, any intermediate size)
   int64_t down_pad = 0;      // down stored [E, H, I + pad] and narrowed: 16-byte rows for an I that is not a multiple of 8
   bool force_decode = false;  // EMBER_MOE_PATH=decode: the decode kernels where the size rule picks the grouped path
+  bool no_fast_paths = false;  // EMBER_DISABLE_FAST_PATHS=1: on sm_90 the decode router's ticket path instead of its cluster (the CPU ignores it)
   bool rowwise = false;       // FP8 with one scale per expert row ([E, N]) instead of 128x128 blocks
   int64_t shared_inter = 48;  // the shared expert's intermediate size
 };
@@ -133,22 +134,24 @@ LayerConfig split_fp8(LayerConfig c) { c.fp8 = c.split = true; return c; }
 LayerConfig with_down_pad(LayerConfig c, int64_t pad) { c.down_pad = pad; return c; }
 LayerConfig forced_decode(LayerConfig c) { c.force_decode = true; return c; }
 LayerConfig rowwise_fp8(LayerConfig c) { c.fp8 = c.rowwise = true; return c; }
+LayerConfig without_fast_paths(LayerConfig c) { c.no_fast_paths = true; return c; }
 
-// Sets EMBER_MOE_PATH for its lifetime and restores the previous value (the CPU ignores it).
-class ScopedMoePath {
+// Sets an environment variable for its lifetime and restores the previous value.
+class ScopedEnv {
  public:
-  explicit ScopedMoePath(const char* path) {
-    if (const char* old = std::getenv("EMBER_MOE_PATH")) previous_ = old;
-    setenv("EMBER_MOE_PATH", path, 1);
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) previous_ = old;
+    setenv(name, value, 1);
   }
-  ~ScopedMoePath() {
-    if (previous_) setenv("EMBER_MOE_PATH", previous_->c_str(), 1);
-    else unsetenv("EMBER_MOE_PATH");
+  ~ScopedEnv() {
+    if (previous_) setenv(name_, previous_->c_str(), 1);
+    else unsetenv(name_);
   }
-  ScopedMoePath(const ScopedMoePath&) = delete;
-  ScopedMoePath& operator=(const ScopedMoePath&) = delete;
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
 
  private:
+  const char* name_;
   std::optional<std::string> previous_;
 };
 
@@ -166,8 +169,9 @@ std::pair<Tensor, Tensor> fp8_rows(Device d, const Tensor& w) {
 }
 
 std::vector<Tensor> layer_case(Device d, const LayerConfig& c, uint64_t seed) {
-  std::optional<ScopedMoePath> path;
-  if (c.force_decode) path.emplace("decode");
+  std::optional<ScopedEnv> path, fast_paths;
+  if (c.force_decode) path.emplace("EMBER_MOE_PATH", "decode");
+  if (c.no_fast_paths) fast_paths.emplace("EMBER_DISABLE_FAST_PATHS", "1");
   const auto [x, router] = routed_inputs(d, c.t, c.h, c.e, c.dt, seed);
   MoeExperts ex;
   MoeLayerOptions o;
@@ -412,4 +416,16 @@ EMBER_PARITY_CASE(moe_layer_t1_e256_top8_shared_fp8, { return layer_case(d, with
 EMBER_PARITY_CASE(moe_layer_t1_fp8_rowwise_shared, { return layer_case(d, with_shared(rowwise_fp8(config(1, 256, 16, 128, 8)), 64), 89); });
 EMBER_PARITY_CASE(moe_layer_t2_fp8_rowwise_i96, { return layer_case(d, rowwise_fp8(config(2, 512, 16, 96, 4)), 92); });
 
+// The decode router (moe.cu v8). On sm_90 one cluster of 8 blocks x 16 warps where every warp
+// has at most one row (the expert rows plus the shared gate's) and T x E <= 8192 (every T = 1
+// case above with E <= 127, or 128 without a shared expert); otherwise, and with fast paths
+// disabled, a warp per row and a ticket: 300 experts + the shared gate (19 blocks), 128 experts at
+// T = 65 (T x E = 8320, forced decode, top-1), and with fast paths disabled at T = 1 with the
+// shared gate and at T = 4 with the pairs ordered by expert.
+EMBER_PARITY_CASE(moe_layer_t3_e300_top4_shared_ticket_router, { return layer_case(d, with_shared(config(3, 128, 300, 32, 4), 32), 93); });
+EMBER_PARITY_CASE(moe_layer_t65_e128_top1_ticket_router, { return layer_case(d, forced_decode(config(65, 64, 128, 16, 1)), 96); });
+EMBER_PARITY_CASE(moe_layer_t1_e32_shared_no_fast_paths, {
+  return layer_case(d, without_fast_paths(with_shared(config(1, 256, 32, 64, 8), 64)), 94);
+});
+EMBER_PARITY_CASE(moe_layer_t4_no_fast_paths_ordered_pairs, { return layer_case(d, without_fast_paths(config(4, 256, 32, 96, 8)), 95); });
 }  // namespace ember::test
