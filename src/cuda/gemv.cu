@@ -118,6 +118,16 @@
 //      7168x2048 10.91 -> 10.71, 4096x4096 11.69 -> 11.51; the other shapes within 0.6%. Not taken:
 //      fence.acq_rel.gpu for the ticket's two __threadfence (MEMBAR.SC.GPU in the SASS), within
 //      0.5% either way. (this)
+//   Not taken (session 11): columns_kernel adding its sums with 16-byte vector atomics
+//      (red.global.add.v4.f32, a quarter of the operations). Two calls, one build each, a temporary
+//      switch, three alternating runs per shape (H200, us, scalar -> vector): first call 14336x4096
+//      30.09-30.14 -> 30.05-30.10, 7168x2048 10.69-10.74 -> 10.61-10.66, 4096x4096 11.61-11.68 ->
+//      11.54-11.55; second call 14336x4096 29.80-29.90 -> 29.81-29.86, 4096x4096 11.29-11.40 ->
+//      11.28-11.37, 2048x65536 62.76-62.89 -> 62.77-62.86: within the spread. Per-block
+//      %globaltimer stamps (a temporary build) on 14336x3584: the main loops end 19.2-23.3 us after
+//      the first block starts, and the last tile's y is written 1.8 us after the last loop ends
+//      (atomics, fence, ticket, fence, the accumulator's read) with either kind of atomics: the tail
+//      is that chain's latency, not the number of atomics.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
