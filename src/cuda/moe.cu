@@ -88,9 +88,9 @@
 //       is one cluster whose logits meet in block 0's shared memory (router_decode_kernel): gate_up
 //       past its wait at 4.6 us. One build, alternating runs (moe_bench 1, us): the cluster against
 //       the ticket path, Qwen3-30B-A3B bf16 28.2 -> 27.5-27.7, FP8 19.8 -> 19.3, LFM2-8B-A1B bf16
-//       33.1 -> 32.3, FP8 23.2 -> 22.6; the gate row, Qwen3.5-35B-A3B bf16 28.6 (the old router, the
-//       session's first call) -> 25.8, FP8 22.7 -> 20.6. The routing itself (softmax 0.5 us, 8 rounds of top-k 0.8 us in
-//       one warp) is still ~1.5 us of the chain. (this)
+//       33.1 -> 32.3, FP8 23.2 -> 22.6; the gate row, Qwen3.5-35B-A3B bf16 28.6 (the old router,
+//       the session's first call) -> 25.8, FP8 22.7 -> 20.6. The routing itself (softmax 0.5 us,
+//       8 rounds of top-k 0.8 us in one warp) is still ~1.5 us of the chain. (this)
 //   Rejected in session 10 (probes only: bench/moe_probe.cu "prefetch" and "prefetch coresident",
 //   its chain kernels, Qwen3-30B-A3B T = 1, one graph per variant, H200):
 //   - gate_up's blocks requesting their slice of down's rows into the L2 with
@@ -1422,8 +1422,10 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
           // experts + the shared gate: 3 rows on some warps) 25.82 -> 27.69-27.80.
           const bool clustered = fast_paths_enabled(device, 90) && kernel_ptx_version(reinterpret_cast<const void*>(kernel), device) >= 90 &&
                                  rows <= int64_t{kRouterCluster} * kRouterWarps && t * e <= kRouterSharedLogits;
-          auto* ticket = clustered ? nullptr : static_cast<unsigned*>(zeroed_stream_scratch(device, stream, ScratchPurpose::MoeRouter, sizeof(unsigned)));
-          DependentLaunch launch(static_cast<unsigned>(clustered ? kRouterCluster : (rows + kRouterWarps - 1) / kRouterWarps), kRouterWarps * 32, 0, stream, pdl);
+          auto* ticket = clustered ? nullptr
+                                   : static_cast<unsigned*>(zeroed_stream_scratch(device, stream, ScratchPurpose::MoeRouter, sizeof(unsigned)));
+          const int64_t blocks = clustered ? kRouterCluster : (rows + kRouterWarps - 1) / kRouterWarps;
+          DependentLaunch launch(static_cast<unsigned>(blocks), kRouterWarps * 32, 0, stream, pdl);
           if (clustered) launch.cluster_x(kRouterCluster);
           launch(kernel, ra, static_cast<const X*>(router_weight.raw_data()), router_weight.stride(0), logits.data_ptr<float>(), ticket,
                  t > 1 ? pair_order.data_ptr<int32_t>() : nullptr, clustered);
