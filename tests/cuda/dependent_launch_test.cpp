@@ -93,8 +93,6 @@ Tensor moe_input(uint64_t seed) {
   x[0] = 4.f;
   return tensor(x, {1, 256}).to(kBFloat16);
 }
-
-void check(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
 #endif
 
 }  // namespace
@@ -129,8 +127,8 @@ TEST(CudaDependentLaunch, GemvChainReplaysInAGraph) {
   const cuda::Stream stream = cuda::get_stream_from_pool();
   cuda::StreamGuard guard(stream);
   const auto s = static_cast<cudaStream_t>(stream.handle());
-  check(cudaMemsetAsync(x_g.raw_data(), 0, x_g.nbytes(), s), "zero x");
-  check(cudaMemsetAsync(xm_g.raw_data(), 0, xm_g.nbytes(), s), "zero xm");
+  test::cuda_check(cudaMemsetAsync(x_g.raw_data(), 0, x_g.nbytes(), s), "zero x");
+  test::cuda_check(cudaMemsetAsync(xm_g.raw_data(), 0, xm_g.nbytes(), s), "zero xm");
   (void)gpu.run(x_g, xm_g);  // warm-up: allocator cache, library handles
   stream.synchronize();
   std::vector<Tensor> out;
@@ -142,8 +140,8 @@ TEST(CudaDependentLaunch, GemvChainReplaysInAGraph) {
   }
   for (uint64_t seed : {30, 31}) {
     const Tensor x = randn({3, 4096}, kFloat32, Device::cpu(), seed).to(kBFloat16), xm = moe_input(seed + 100);
-    check(cudaMemcpyAsync(x_g.raw_data(), x.raw_data(), x.nbytes(), cudaMemcpyHostToDevice, s), "upload x");
-    check(cudaMemcpyAsync(xm_g.raw_data(), xm.raw_data(), xm.nbytes(), cudaMemcpyHostToDevice, s), "upload xm");
+    test::cuda_check(cudaMemcpyAsync(x_g.raw_data(), x.raw_data(), x.nbytes(), cudaMemcpyHostToDevice, s), "upload x");
+    test::cuda_check(cudaMemcpyAsync(xm_g.raw_data(), xm.raw_data(), xm.nbytes(), cudaMemcpyHostToDevice, s), "upload xm");
     graph->replay();
     stream.synchronize();
     const std::vector<Tensor> expected = cpu.run(x, xm);

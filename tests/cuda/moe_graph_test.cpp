@@ -44,8 +44,6 @@ Tensor router_weight(int64_t e, int64_t h, uint64_t seed) {
   return tensor(r, {e, h});
 }
 
-void check(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
-
 void capture_and_replay(int64_t tokens, bool shared) {
   const int64_t h = 256, e = 32, inter = 128, k = 8;
   const Device gpu = Device::cuda();
@@ -84,7 +82,7 @@ void capture_and_replay(int64_t tokens, bool shared) {
 
   for (const Tensor* x : {&x1, &x2, &x1}) {
     const Tensor host = x->contiguous();
-    check(cudaMemcpyAsync(x_g.raw_data(), host.raw_data(), host.nbytes(), cudaMemcpyHostToDevice, s), "upload x");
+    test::cuda_check(cudaMemcpyAsync(x_g.raw_data(), host.raw_data(), host.nbytes(), cudaMemcpyHostToDevice, s), "upload x");
     graph->replay();
     stream.synchronize();
     EXPECT_ALLCLOSE(out, moe_layer(*x, router, gate_up, down, o));
