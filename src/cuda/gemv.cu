@@ -117,7 +117,9 @@
 //      two runs: 14336x4096 30.83 -> 30.35 us, 14336x3584 27.49 -> 27.22, 9216x2304 14.36 -> 14.16,
 //      7168x2048 10.91 -> 10.71, 4096x4096 11.69 -> 11.51; the other shapes within 0.6%. Not taken:
 //      fence.acq_rel.gpu for the ticket's two __threadfence (MEMBAR.SC.GPU in the SASS), within
-//      0.5% either way. (this)
+//      0.5% either way.
+//   v14 (session 12) columns_kernel: one whole wave of blocks at its occupancy where each split
+//      keeps >= 192 rows of K (the large shapes); launch_columns has the numbers. (this)
 //   Not taken (session 11): columns_kernel adding its sums with 16-byte vector atomics
 //      (red.global.add.v4.f32, a quarter of the operations). Two calls, one build each, a temporary
 //      switch, three alternating runs per shape (H200, us, scalar -> vector): first call 14336x4096
@@ -313,6 +315,7 @@ __global__ void __launch_bounds__(kThreads) row_warp_kernel(const uint4* __restr
 }
 
 constexpr int kSlices = 8;  // K slices per block in the columns kernel
+constexpr int64_t kWaveSplitRows = 192;  // launch_columns: the fewest rows of K per split of a one-wave grid
 
 // columns: each thread owns VW consecutive outputs (VW = kVec or 1), 32 threads across a tile,
 // kSlices slices of K down the block; gridDim.y splits K further. With splits, every block adds
@@ -979,9 +982,21 @@ template <class T> void launch_columns(const GemvArgs<T>& g, int device, cudaStr
   if (vec ? launch_columns_cluster<T, true>(g, device, stream) : launch_columns_cluster<T, false>(g, device, stream)) return;
   const int64_t tile = vec ? 32 * kVec<T> : 32;
   const int64_t tiles = (g.n + tile - 1) / tile;
-  // Split K over blocks until ~4 blocks per SM, each thread keeping >= 2 rows of K.
-  const int64_t target = 4 * device_properties(device).multiProcessorCount;
-  int64_t splits = std::max<int64_t>(1, (target + tiles - 1) / tiles);
+  // Split K over blocks until ~4 blocks per SM, each thread keeping >= 2 rows of K. Where the
+  // splits of one whole wave at the kernel's occupancy (6 blocks of 256 threads per SM on the
+  // H200) keep >= kWaveSplitRows rows of K each, that wave instead (v14): the large shapes then
+  // leave no SM with a fifth block while most have four, and the shorter slices end closer
+  // together. Measured (H200, session 12, one build, two runs each, us, ~4 per SM -> one wave):
+  // 1xKxN 14336x3584 26.23-26.24 -> 26.08, 8192x28672 107.48-107.50 -> 106.30-106.33, 28672x8192
+  // 106.29-106.38 -> 105.83-106.08, 14336x4096 the same 29.79-29.86; but 7168x2048 (72 rows per
+  // split) 10.65-10.69 -> 11.20-11.21, 9216x2304 (105) 13.88-13.90 -> 14.06-14.07 and 4096x4096
+  // (83) 11.28-11.48 -> 11.50-11.52, which keep ~4 per SM. (At ~6-12 per SM rounded up, part of a
+  // second wave: 14336x3584 26.70 -> 29.2-32.3 us.)
+  const int64_t sms = device_properties(device).multiProcessorCount;
+  int64_t splits = std::max<int64_t>(1, (4 * sms + tiles - 1) / tiles);
+  const auto kernel = vec ? reinterpret_cast<const void*>(columns_kernel<T, true>) : reinterpret_cast<const void*>(columns_kernel<T, false>);
+  const int64_t wave_splits = sms * resident_blocks_per_sm(kernel, device) / tiles;
+  if (wave_splits > 0 && g.k / wave_splits >= kWaveSplitRows) splits = std::max(splits, wave_splits);
   splits = std::min<int64_t>(splits, std::max<int64_t>(1, g.k / (2 * kSlices)));
   splits = std::min<int64_t>(splits, 65535);
   const int64_t k_per_split = (g.k + splits - 1) / splits;
