@@ -91,6 +91,22 @@
 //       33.1 -> 32.3, FP8 23.2 -> 22.6; the gate row, Qwen3.5-35B-A3B bf16 28.6 (the old router,
 //       the session's first call) -> 25.8, FP8 22.7 -> 20.6. The routing itself (softmax 0.5 us,
 //       8 rounds of top-k 0.8 us in one warp) is still ~1.5 us of the chain. (this)
+//   Rejected in session 12 (one build each with both forms behind a temporary switch, alternating
+//   runs of moe_bench, H200, us, v8 -> trial):
+//   - The routing block counting ranks with all 512 threads (each (token, expert) counts, with S
+//     threads, the experts that precede it in selection order) instead of k rounds in one warp:
+//     T=1 Qwen3-30B-A3B bf16 27.08-27.11 -> 27.99-28.29, FP8 19.48-19.56 -> 20.53-20.62,
+//     Qwen3.5-35B-A3B bf16 27.75-27.78 -> 30.04-30.18, LFM2-8B-A1B bf16 32.32-32.38 -> 32.21-32.24;
+//     T=8 Qwen3.5 bf16 138.0 -> 159.9. E x E comparisons per token (16384 at E = 128) cost more
+//     issue slots than k rounds of warp reductions.
+//   - route_token's rounds as one reduction and a ballot (a second reduction only on a tie), the
+//     keys computed once, the slots written at the end instead of a shuffle per round, the
+//     softmax's maximum by a reduction of order keys: T=1 Qwen3-30B-A3B bf16 26.77-26.79 ->
+//     27.32-27.34, FP8 19.41-19.48 -> 19.96-19.98, Qwen3.5-35B-A3B bf16 25.93-25.95 -> 31.22-31.26,
+//     FP8 21.48-21.75 -> 24.01-24.06, LFM2-8B-A1B bf16 31.82-31.97 -> 32.21-32.40; T=8 Qwen3.5 bf16
+//     136.4 -> 141.8. Its SASS is a tight REDUX/VOTE loop; where Qwen3.5's 5 us went (the ticket
+//     path, 8 candidates per lane) was not traced. The parity cases with a zero router (exact ties)
+//     came from this work and stay.
 //   Rejected in session 10 (probes only: bench/moe_probe.cu "prefetch" and "prefetch coresident",
 //   its chain kernels, Qwen3-30B-A3B T = 1, one graph per variant, H200):
 //   - gate_up's blocks requesting their slice of down's rows into the L2 with

@@ -125,6 +125,7 @@ struct LayerConfig {
   bool no_fast_paths = false;  // EMBER_DISABLE_FAST_PATHS=1: on sm_90 the decode router's ticket path instead of its cluster (the CPU ignores it)
   bool rowwise = false;       // FP8 with one scale per expert row ([E, N]) instead of 128x128 blocks
   int64_t shared_inter = 48;  // the shared expert's intermediate size
+  bool tied = false;          // a zero router: every logit ties, so every token takes experts 0 .. k-1
 };
 LayerConfig config(int64_t t, int64_t h, int64_t e, int64_t inter, int64_t k, DType dt = kBFloat16) { return {t, h, e, inter, k, dt}; }
 LayerConfig lfm2(int64_t t) { return {t, 192, 8, 112, 2, kBFloat16, MoeScoring::Sigmoid, true}; }
@@ -135,6 +136,7 @@ LayerConfig with_down_pad(LayerConfig c, int64_t pad) { c.down_pad = pad; return
 LayerConfig forced_decode(LayerConfig c) { c.force_decode = true; return c; }
 LayerConfig rowwise_fp8(LayerConfig c) { c.fp8 = c.rowwise = true; return c; }
 LayerConfig without_fast_paths(LayerConfig c) { c.no_fast_paths = true; return c; }
+LayerConfig tied(LayerConfig c) { c.tied = true; return c; }
 
 // Sets an environment variable for its lifetime and restores the previous value.
 class ScopedEnv {
@@ -172,7 +174,8 @@ std::vector<Tensor> layer_case(Device d, const LayerConfig& c, uint64_t seed) {
   std::optional<ScopedEnv> path, fast_paths;
   if (c.force_decode) path.emplace("EMBER_MOE_PATH", "decode");
   if (c.no_fast_paths) fast_paths.emplace("EMBER_DISABLE_FAST_PATHS", "1");
-  const auto [x, router] = routed_inputs(d, c.t, c.h, c.e, c.dt, seed);
+  auto [x, router] = routed_inputs(d, c.t, c.h, c.e, c.dt, seed);
+  if (c.tied) router = zeros({c.e, c.h}, c.dt, d);
   MoeExperts ex;
   MoeLayerOptions o;
   o.route.top_k = c.k;
@@ -428,4 +431,14 @@ EMBER_PARITY_CASE(moe_layer_t1_e32_shared_no_fast_paths, {
   return layer_case(d, without_fast_paths(with_shared(config(1, 256, 32, 64, 8), 64)), 94);
 });
 EMBER_PARITY_CASE(moe_layer_t4_no_fast_paths_ordered_pairs, { return layer_case(d, without_fast_paths(config(4, 256, 32, 96, 8)), 95); });
+// Exact ties (a zero router): every round of route_token's top-k finds the top key on several
+// lanes, and the lowest expert must win (the reduction over expert ids after the one over keys):
+// at T = 1 and with the pairs ordered by expert at T = 3 in the clustered decode router, with fast
+// paths disabled (its ticket path), with 300 experts (ticket path, 32 candidates per lane), and in
+// the prefill path's route_kernel (T x k = 160 pairs).
+EMBER_PARITY_CASE(moe_layer_t1_tied_router, { return layer_case(d, tied(config(1, 128, 64, 32, 8)), 97); });
+EMBER_PARITY_CASE(moe_layer_t3_tied_router_ordered_pairs, { return layer_case(d, tied(config(3, 128, 32, 32, 4)), 98); });
+EMBER_PARITY_CASE(moe_layer_t3_tied_router_no_fast_paths, { return layer_case(d, without_fast_paths(tied(config(3, 128, 32, 32, 4))), 99); });
+EMBER_PARITY_CASE(moe_layer_t8_e300_tied_ticket_router, { return layer_case(d, tied(config(8, 64, 300, 16, 2)), 100); });
+EMBER_PARITY_CASE(moe_layer_t40_tied_router_prefill, { return layer_case(d, tied(config(40, 64, 16, 32, 4)), 101); });
 }  // namespace ember::test
