@@ -25,17 +25,6 @@ using c128 = std::complex<double>;
 constexpr int64_t kSmallMatrix = 128 * 128;
 constexpr int64_t kParallelWork = 1 << 16;
 
-// Whether LAPACK may run on several of our threads at once: only with OpenBLAS's OpenMP build,
-// which runs single-threaded inside a parallel region. Its pthreads build (Debian's default) is
-// not safe to call from several threads at once: its memory buffers are shared (the OpenBLAS FAQ
-// on multi-threaded callers; OpenBLAS issues 602 and 1847 show the same intermittent segfaults).
-// CI met one: Linalg.SvdOfRankDeficientBatchHasOrthonormalU (16 SVDs of 32 x 32 on OpenMP
-// threads) segfaulted in one run of session 12 and passed in 50 others.
-bool lapack_calls_may_overlap() {
-  static const bool openmp_build = openblas_get_parallel() == OPENBLAS_OPENMP;
-  return openmp_build;
-}
-
 /// One matrix of a column-major batch [B, rows, cols] (strides (.., 1, ld)).
 struct Batch {
   char* base;
@@ -52,7 +41,7 @@ Batch column_major(const Tensor& x, const char* op) {
 
 template <class F> void for_each_matrix(int64_t batch, int64_t rows, int64_t cols, F&& f) {
   const int64_t numel = rows * cols;
-  if (batch > 1 && numel <= kSmallMatrix && batch * numel * std::min(rows, cols) >= kParallelWork && lapack_calls_may_overlap()) {
+  if (batch > 1 && numel <= kSmallMatrix && batch * numel * std::min(rows, cols) >= kParallelWork) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t i = 0; i < batch; ++i) f(i);
   } else {
