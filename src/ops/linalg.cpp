@@ -56,8 +56,15 @@ struct ColumnMajor {
   Tensor full, batched;
 };
 
+/// Bytes past the last matrix that every column-major buffer keeps: LAPACK's BLAS may read a few
+/// vector widths past a matrix. OpenBLAS 0.3.21 (Debian 12's) does in its gemv_n kernels (OpenBLAS
+/// issue 4013): Linalg.SvdOfRankDeficientBatchHasOrthonormalU segfaulted in cgemv_n under cgesdd
+/// whenever the batch ended at a page boundary (every CI run under ctest in session 12).
+constexpr int64_t kLapackSlackBytes = 256;
+
 ColumnMajor column_major(const Shape& batch, int64_t rows, int64_t cols, DType dtype, Device device) {
-  const Tensor t = empty(with(batch, {cols, rows}), dtype, device);
+  const int64_t numel = shape_numel(batch) * rows * cols, slack = kLapackSlackBytes / static_cast<int64_t>(itemsize(dtype));
+  const Tensor t = empty({numel + slack}, dtype, device).narrow(0, 0, numel).view(with(batch, {cols, rows}));
   return {t.transpose(-2, -1), t.view({shape_numel(batch), cols, rows}).transpose(1, 2)};
 }
 
