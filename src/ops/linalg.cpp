@@ -4,6 +4,7 @@
 
 #include <functional>
 
+#include "core/storage.h"
 #include "ops/dispatch.h"
 
 namespace ember::linalg {
@@ -75,11 +76,22 @@ ColumnMajor column_major_copy(const Tensor& x) {
   return m;
 }
 
+/// Whether the CPU backend may hand t's memory to LAPACK as it is: on the GPU always; on the CPU
+/// only with kLapackSlackBytes of t's storage past its last element (a user's tensor can end at
+/// the end of its allocation, or of a memory-mapped file: safetensors' tensors do).
+bool lapack_may_read(const Tensor& t) {
+  if (!t.device().is_cpu()) return true;
+  const auto end = static_cast<size_t>(t.storage_offset() + t.numel()) * t.itemsize();
+  return t.storage()->nbytes() >= end + static_cast<size_t>(kLapackSlackBytes);
+}
+
 /// x expanded to `batch` as a backend [B, rows, cols] column-major batch: a view when x already
-/// is one (a factorization's output), else a copy.
+/// is one (a factorization's output) with the slack LAPACK needs, else a copy.
 Tensor column_major_batch(const Tensor& x, const Shape& batch) {
   const Tensor e = x.expand(with(batch, {x.size(-2), x.size(-1)}));
-  if (e.transpose(-2, -1).is_contiguous()) return e.transpose(-2, -1).view({shape_numel(batch), x.size(-1), x.size(-2)}).transpose(1, 2);
+  const Tensor rows_first = e.transpose(-2, -1);
+  if (rows_first.is_contiguous() && lapack_may_read(rows_first))
+    return rows_first.view({shape_numel(batch), x.size(-1), x.size(-2)}).transpose(1, 2);
   return column_major_copy(e).batched;
 }
 

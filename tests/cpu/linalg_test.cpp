@@ -1,11 +1,16 @@
 // torch.linalg on the CPU: defining properties on random batches (P L U = A, A X = B,
 // Q^H Q = I, U S V^H = A, A inv(A) = I) checked with float64 host loops, values against torch
 // (tests/fixtures/linalg.json, made by scripts/fixtures/make_linalg_fixtures.py), torch's errors.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <functional>
+#include <memory>
 #include <random>
 
 #include <gtest/gtest.h>
 
+#include "core/storage.h"
 #include "cpu/json_fixture.h"
 #include "cuda/triangular_packing.h"
 
@@ -180,6 +185,41 @@ TEST(Linalg, SolveTriangularReadsOneTriangle) {
           EXPECT_LT(relative_error(left ? mul(t, x) : mul(x, t), host(B)), tolerance(d));
         }
   }
+}
+
+// A column-major matrix that ends where readable memory ends (a user's buffer, or a tensor of a
+// memory-mapped safetensors file): LAPACK's BLAS may read a few vector widths past a matrix
+// (OpenBLAS issue 4013: its gemv_n kernels), so the solves copy such an operand. Here the page
+// after the matrix is PROT_NONE: any read past it faults. (Debian 12's OpenBLAS trsm/getrs were
+// also seen not to read past these sizes when the matrix was handed over as it is.)
+TEST(Linalg, SolvesNeverReadPastAColumnMajorOperand) {
+  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  for (DType d : kLinalgTypes)
+    for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{13}, int64_t{64}, int64_t{97}}) {
+      SCOPED_TRACE(fmt::format("{} n={}", name(d), n));
+      const size_t bytes = static_cast<size_t>(n * n) * itemsize(d), pages = (bytes + page - 1) / page;
+      void* region = mmap(nullptr, (pages + 1) * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      ASSERT_NE(region, MAP_FAILED);
+      char* guard = static_cast<char*>(region) + pages * page;
+      ASSERT_EQ(mprotect(guard, page, PROT_NONE), 0);
+      // The matrix's last byte is the last readable one.
+      const auto storage = std::make_shared<Storage>(guard - bytes, bytes, Device::cpu(),
+                                                     [region, pages, page](void*) { munmap(region, (pages + 1) * page); });
+      Tensor rows(storage, {n, n}, {n, 1}, 0, d);
+      const Tensor A = random_matrix({n, n}, d, 41, 3);
+      rows.copy_(A.transpose(0, 1));
+      const Tensor column_major = rows.transpose(0, 1);  // equal to A
+      const Tensor B = random_matrix({n, 3}, d, 42);
+      const double tol = tolerance(d);
+      for (bool upper : {true, false})
+        EXPECT_LT(relative_error(host(linalg::solve_triangular(column_major, B, upper)), host(linalg::solve_triangular(A, B, upper))), tol);
+      std::vector<int32_t> identity(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) identity[static_cast<size_t>(i)] = static_cast<int32_t>(i + 1);
+      const Tensor pivots = tensor(identity, {n});
+      for (bool adjoint : {false, true})
+        EXPECT_LT(relative_error(host(linalg::lu_solve(column_major, pivots, B, true, adjoint)), host(linalg::lu_solve(A, pivots, B, true, adjoint))),
+                  tol);
+    }
 }
 
 TEST(Linalg, DeterminantsAgreeWithLuAndTriangles) {
