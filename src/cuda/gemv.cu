@@ -130,6 +130,12 @@
 //      the first block starts, and the last tile's y is written 1.8 us after the last loop ends
 //      (atomics, fence, ticket, fence, the accumulator's read) with either kind of atomics: the tail
 //      is that chain's latency, not the number of atomics.
+//   Not taken (session 13): the wide cluster kernel (launch_columns_wide) from N >= 3000 instead of
+//      100000, for the large-K mid-N shapes that v14 leaves near 3.9 TB/s. One build, a temporary
+//      threshold, two alternating runs (H200, us, v14 -> wide): 1xKxN 14336x3584 26.39-26.41 ->
+//      28.87-28.93, 14336x4096 30.29-30.33 -> 37.53-37.61, 3584x14336 26.41-26.51 -> 30.93-30.99,
+//      8192x8192 33.32-33.37 -> 40.36-40.41, 28672x8192 107.7-108.1 -> 122.1-122.3, 2048x65536
+//      64.07 -> 65.41-65.44, 4096x4096 11.41-11.43 -> 14.47-14.54: slower on every shape.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -19,7 +19,8 @@
 //                       for 16-bit and FP8 weights, down for FP8 weights, where the rows are whole
 //                       64-byte steps (the FFMA kernels above take the rest: f32, odd sizes).
 //   router_decode_kernel   the decode router: one warp per expert computes the logits (and one
-//                       more the shared expert's gate), then one block routes every token
+//                       more the shared expert's gate; at T = 1 its row loaded before the wait for
+//                       the kernel before, x staged once per block), then one block routes every token
 //                       (route_token, as route_kernel): on sm_90 block 0 of a cluster, the logits
 //                       in its shared memory; elsewhere the last block to finish, by a ticket.
 // A decode layer is 3 kernels: router_decode, gate_up, down, each a programmatic dependent launch
@@ -90,7 +91,34 @@
 //       the ticket path, Qwen3-30B-A3B bf16 28.2 -> 27.5-27.7, FP8 19.8 -> 19.3, LFM2-8B-A1B bf16
 //       33.1 -> 32.3, FP8 23.2 -> 22.6; the gate row, Qwen3.5-35B-A3B bf16 28.6 (the old router,
 //       the session's first call) -> 25.8, FP8 22.7 -> 20.6. The routing itself (softmax 0.5 us,
-//       8 rounds of top-k 0.8 us in one warp) is still ~1.5 us of the chain. (this)
+//       8 rounds of top-k 0.8 us in one warp) is still ~1.5 us of the chain.
+//   v9 (session 13): at T = 1 each router warp loads its weight row into registers before the
+//       wait, and each block stages x once in shared memory after it, where every warp read both
+//       from L2 after the wait (v8 requested the rows into L2 before it). One build, a temporary
+//       switch, alternating runs (moe_bench 1, H200, us, v8 -> v9): Qwen3-30B-A3B bf16 26.56-26.61
+//       -> 26.10-26.23, FP8 19.19-19.28 -> 18.77-18.79; Qwen3.5-35B-A3B bf16 24.96-24.98 ->
+//       24.68-24.69, FP8 20.57-20.65 -> 20.16-20.25; LFM2-8B-A1B bf16 31.19-31.37 -> 31.00-31.02,
+//       FP8 22.70-22.77 -> 22.23-22.35. (this)
+//   Rejected in session 13 (one build each, a temporary switch, alternating runs of moe_bench,
+//   H200, us, chain -> trial; the code is described here, not kept):
+//   - gate_up and down in one persistent kernel: 256-thread blocks, 3 per SM (80 registers), as
+//     many as are resident; each block takes items from a counter, first gate_up items (8 channels
+//     of a slot, gate_up_mma_kernel's work over 8 warps), then down items (2 outputs of a token,
+//     down_decode_kernel's), the next item requested while one runs. A down item issues its first
+//     weight loads, then waits for a count of finished gate_up items (one thread polls it, the
+//     others a shared flag) and reads h through the L2. Correct (the 130 MoE tests pass), but T=1
+//     Qwen3-30B-A3B bf16 26.68-26.71 -> 32.51-32.52, FP8 18.99 -> 25.93-26.02, Qwen3.5-35B-A3B bf16
+//     24.92-24.95 -> 33.32, LFM2-8B-A1B bf16 31.36-31.49 -> 39.08-39.20; T=8 Qwen3-30B-A3B bf16
+//     142.2 -> 173.2, FP8 98.1 -> 146.6. Each block runs its ~2 gate_up and ~2.6 down items one
+//     after another, its loads draining between items, where the chain runs every item as a block
+//     of its own; only a block's first down item is loaded before the wait.
+//   - FP8 gate_up_mma_kernel with its block's 16 weight rows (32 KB) requested at once right after
+//     the wait by bulk copies (cp.async.bulk, one mbarrier) into shared memory (rows 64 bytes apart
+//     in banks, 37.4 KB per block, 6 blocks per SM confirmed, the most shared memory the carveout
+//     allows), its block scales staged beside them: T=1 Qwen3-30B-A3B FP8 19.15-19.16 -> 22.99,
+//     Qwen3.5-35B-A3B 20.45-20.58 -> 23.28-23.29, LFM2-8B-A1B 22.43-22.44 -> 24.11-24.15; T=8
+//     101.5 -> 119.6, 96.6 -> 110.7, 108.0 -> 118.8. Not traced; bulk copies into shared memory
+//     have now lost in all three places tried (gemv v5, MoE v5, this).
 //   Rejected in session 12 (one build each with both forms behind a temporary switch, alternating
 //   runs of moe_bench, H200, us, v8 -> trial):
 //   - The routing block counting ranks with all 512 threads (each (token, expert) counts, with S
@@ -330,6 +358,9 @@ template <class F> void with_experts_per_lane(int64_t experts, F&& f) {
 constexpr int kRouterWarps = 16, kRouterRows = 4, kRouterLoads = 8, kRouterCluster = 8;
 // The clustered router's logits live in block 0's shared memory: at most this many (T x E).
 constexpr int64_t kRouterSharedLogits = 8192;
+// Bytes of x's row the router stages in shared memory at T = 1 (hidden 4096 in bf16); longer
+// rows are read from global memory by every warp.
+constexpr int64_t kRouterStagedX = 8192;
 
 // order[r] = the r-th pair slot (t * k + j) by (expert, slot): a stable sort of the pairs by
 // expert, one thread per pair (pairs <= the block's threads), ranks counted over the ids in
@@ -353,8 +384,9 @@ __device__ void order_pairs_by_expert(const int32_t* ids, int pairs, int32_t* or
 
 // Row r of the router product (r < E: an expert's router row, r == E: the shared expert's gate)
 // against every token's x: logits[t, r], or sg[t] = sigmoid(x[t] . gate). One warp.
-template <class X> __device__ void router_row(const RouteArgs& a, const X* w, int64_t r, float* logits, int lane) {
-  const X* x = static_cast<const X*>(a.x);
+// x_rows: x (global memory), or at T = 1 its row staged in this block's shared memory.
+template <class X> __device__ void router_row(const RouteArgs& a, const X* w, int64_t r, float* logits, int lane, const X* x_rows) {
+  const X* x = x_rows;
   const int64_t chunks = a.hidden / 8;
   float acc[kRouterRows];
   for (int64_t t0 = 0; t0 < a.tokens; t0 += kRouterRows) {
@@ -404,6 +436,27 @@ template <class X> __device__ void router_row(const RouteArgs& a, const X* w, in
   }
 }
 
+// Row r at T = 1 when the lane's whole share of it (chunks lane + 32 u) was loaded before the
+// router's wait into w, and x's row is staged in shared memory.
+template <class X>
+__device__ __forceinline__ void router_row_preloaded(const RouteArgs& a, const gmm::Raw8<X> (&w)[kRouterLoads], int64_t r, const X* x,
+                                                     float* logits, int lane) {
+  const int64_t chunks = a.hidden / 8;
+  float acc = 0.f;
+#pragma unroll
+  for (int u = 0; u < kRouterLoads; ++u) {
+    const int64_t c = lane + u * 32;
+    float wf[8], xf[8];
+    gmm::unpack8(w[u], wf);
+    gmm::load8(x + (c < chunks ? c : 0) * 8, xf);
+    if (c < chunks) acc = gmm::dot8(xf, wf, acc);
+  }
+  const float v = warp_sum(acc);
+  if (lane != 0) return;
+  if (r < a.experts) logits[r] = v;
+  else a.sg[0] = 1.f / (1.f + expf(-v));
+}
+
 // CLUSTERED: the grid is one cluster (sm_90 only; the code is compiled out below). Otherwise
 // `ticket` picks the block that routes.
 template <int EPL, class X>
@@ -415,15 +468,42 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteA
                 step = static_cast<int64_t>(gridDim.x) * kRouterWarps;
   const auto row_weights = [&](int64_t r) { return r < a.experts ? router + r * r_es : static_cast<const X*>(a.gate); };
   // Launched as a programmatic dependent of the kernel before (which may write x, and may still
-  // read buffers this launch writes): before the wait this warp only requests its rows into L2,
-  // so their HBM round trip overlaps that kernel's tail.
-  for (int64_t r = first; r < rows; r += step)
-    for (int64_t line = lane * 128; line < a.hidden * static_cast<int64_t>(sizeof(X)); line += 32 * 128)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(row_weights(r)) + line));
+  // read buffers this launch writes). At T = 1 (v9) a warp with a single row of 16-bit weights
+  // that fits one batch loads it into registers before the wait (the weights are no kernel's
+  // output), and after the wait the block reads x's row from L2 once into shared memory, not once
+  // per warp: 16 warps' weight and x reads had been ~128 KB through each of the cluster's 8 SMs.
+  // Otherwise a warp only requests its rows into L2 before the wait, so their HBM round trip
+  // overlaps that kernel's tail.
+  const int64_t x_bytes = a.hidden * static_cast<int64_t>(sizeof(X));
+  const bool stage_x = a.tokens == 1 && x_bytes <= kRouterStagedX && x_bytes % 16 == 0;
+  const bool preload = stage_x && sizeof(X) == 2 && first < rows && first + step >= rows && a.hidden % 8 == 0 &&
+                       a.hidden / 8 <= 32 * kRouterLoads;
+  gmm::Raw8<X> row[kRouterLoads];
+  if (preload) {
+    const X* w = row_weights(first);
+    const int64_t chunks = a.hidden / 8;
+#pragma unroll
+    for (int u = 0; u < kRouterLoads; ++u) {
+      const int64_t c = lane + u * 32;
+      row[u] = c < chunks ? gmm::load_raw8(w + c * 8) : gmm::Raw8<X>{};
+    }
+  } else {
+    for (int64_t r = first; r < rows; r += step)
+      for (int64_t line = lane * 128; line < x_bytes; line += 32 * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(row_weights(r)) + line));
+  }
   wait_for_previous_kernel();
   // gate_up's blocks may start (and wait) while this runs: x is final now (gate_up stages it
   // before its own wait at T = 1).
   dependents_may_launch();
+  __shared__ uint4 x_staged[kRouterStagedX / 16];
+  const X* x_rows = static_cast<const X*>(a.x);
+  if (stage_x) {
+    const auto* src = static_cast<const uint4*>(a.x);
+    for (int i = threadIdx.x; i < x_bytes / 16; i += blockDim.x) x_staged[i] = src[i];
+    __syncthreads();
+    x_rows = reinterpret_cast<const X*>(x_staged);
+  }
   // Clustered: every warp writes its logits straight into block 0's shared memory (distributed
   // shared memory), where the routing reads them without a round trip to L2.
   float* logits_out = logits;
@@ -432,7 +512,9 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteA
   namespace cg = cooperative_groups;
   if (clustered) logits_out = cg::this_cluster().map_shared_rank(shared_logits, 0);
 #endif
-  for (int64_t r = first; r < rows; r += step) router_row(a, row_weights(r), r, logits_out, lane);
+  if (preload) router_row_preloaded(a, row, first, x_rows, logits_out, lane);
+  else
+    for (int64_t r = first; r < rows; r += step) router_row(a, row_weights(r), r, logits_out, lane, x_rows);
   // The shared gate is done above; route_token must not compute it again.
   RouteArgs route = a;
   route.sg = nullptr;
