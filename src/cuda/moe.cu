@@ -467,6 +467,12 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteA
   const int64_t rows = a.experts + (a.sg ? 1 : 0), first = static_cast<int64_t>(blockIdx.x) * kRouterWarps + warp,
                 step = static_cast<int64_t>(gridDim.x) * kRouterWarps;
   const auto row_weights = [&](int64_t r) { return r < a.experts ? router + r * r_es : static_cast<const X*>(a.gate); };
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Block 0's shared memory may be written only once block 0 runs: this arrival, and the wait
+  // before the first write below, say so (the cluster's blocks start together, so the wait costs
+  // nothing; compute-sanitizer's racecheck flagged the writes without it).
+  if (clustered) __cluster_barrier_arrive_relaxed();
+#endif
   // Launched as a programmatic dependent of the kernel before (which may write x, and may still
   // read buffers this launch writes). At T = 1 (v9) a warp with a single row of 16-bit weights
   // that fits one batch loads it into registers before the wait (the weights are no kernel's
@@ -510,7 +516,10 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteA
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   __shared__ float shared_logits[kRouterSharedLogits];
   namespace cg = cooperative_groups;
-  if (clustered) logits_out = cg::this_cluster().map_shared_rank(shared_logits, 0);
+  if (clustered) {
+    cg::this_cluster().barrier_wait();
+    logits_out = cg::this_cluster().map_shared_rank(shared_logits, 0);
+  }
 #endif
   if (preload) router_row_preloaded(a, row, first, x_rows, logits_out, lane);
   else
