@@ -139,7 +139,7 @@ if has profile-moe-memory; then
 fi
 if [ -s "$out/bench.jsonl" ]; then
   python3 bench/compare.py "$out/bench.jsonl" > "$out/perf.txt"
-  grep -E "geomean|missing|error" "$out/perf.txt"; tail -c 2500 "$out/bench.err"
+  grep -E "geomean|no ratio|error" "$out/perf.txt"; tail -c 2500 "$out/bench.err"
 fi
 # At most 8 files come back from a device call: everything but the ratio table goes into one archive.
 (cd "$out" && tar czf logs.tgz --remove-files $(ls | grep -v -E '^(perf.txt|logs.tgz|kjv-moe.tar)$') 2>/dev/null)
