@@ -382,6 +382,13 @@ __device__ void order_pairs_by_expert(const int32_t* ids, int pairs, int32_t* or
   order[rank] = p;
 }
 
+// Token t's product v with router row r: its logit (r < E), or the shared expert's gate
+// sigmoid(v) (r == E).
+__device__ __forceinline__ void store_router_product(const RouteArgs& a, int64_t t, int64_t r, float v, float* logits) {
+  if (r < a.experts) logits[t * a.experts + r] = v;
+  else a.sg[t] = 1.f / (1.f + expf(-v));
+}
+
 // Row r of the router product (r < E: an expert's router row, r == E: the shared expert's gate)
 // against every token's x: logits[t, r], or sg[t] = sigmoid(x[t] . gate). One warp.
 // x_rows: x (global memory), or at T = 1 its row staged in this block's shared memory.
@@ -429,9 +436,7 @@ template <class X> __device__ void router_row(const RouteArgs& a, const X* w, in
 #pragma unroll
     for (int j = 0; j < kRouterRows; ++j) {
       const float v = warp_sum(acc[j]);
-      if (lane != 0 || j >= nr) continue;
-      if (r < a.experts) logits[(t0 + j) * a.experts + r] = v;
-      else a.sg[t0 + j] = 1.f / (1.f + expf(-v));
+      if (lane == 0 && j < nr) store_router_product(a, t0 + j, r, v, logits);
     }
   }
 }
@@ -452,9 +457,7 @@ __device__ __forceinline__ void router_row_preloaded(const RouteArgs& a, const g
     if (c < chunks) acc = gmm::dot8(xf, wf, acc);
   }
   const float v = warp_sum(acc);
-  if (lane != 0) return;
-  if (r < a.experts) logits[r] = v;
-  else a.sg[0] = 1.f / (1.f + expf(-v));
+  if (lane == 0) store_router_product(a, 0, r, v, logits);
 }
 
 // CLUSTERED: the grid is one cluster (sm_90 only; the code is compiled out below). Otherwise
@@ -482,8 +485,7 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteA
   // overlaps that kernel's tail.
   const int64_t x_bytes = a.hidden * static_cast<int64_t>(sizeof(X));
   const bool stage_x = a.tokens == 1 && x_bytes <= kRouterStagedX && x_bytes % 16 == 0;
-  const bool preload = stage_x && sizeof(X) == 2 && first < rows && first + step >= rows && a.hidden % 8 == 0 &&
-                       a.hidden / 8 <= 32 * kRouterLoads;
+  const bool preload = stage_x && sizeof(X) == 2 && first < rows && first + step >= rows && a.hidden / 8 <= 32 * kRouterLoads;
   gmm::Raw8<X> row[kRouterLoads];
   if (preload) {
     const X* w = row_weights(first);
