@@ -24,7 +24,8 @@
 //                       (route_token, as route_kernel): on sm_90 block 0 of a cluster, the logits
 //                       in its shared memory; elsewhere the last block to finish, by a ticket.
 // A decode layer is 3 kernels: router_decode, gate_up, down, each a programmatic dependent launch
-// of the kernel before it (sm_90; cuda/dependent_launch.cuh).
+// of the kernel before it (sm_90; cuda/dependent_launch.cuh). At T = 1 gate_up's blocks start on
+// a per-pair flag the routing warp sets as it chooses each expert (expert_ready).
 // Versions, H200, Qwen3-30B-A3B layer at T=1 bf16 (ncu durations, normal clocks):
 //   v1: router product 6.6 us, route (32 candidates per lane for any E) 20.5 us, gate_up
 //       18.7 us (58% of HBM bandwidth), down 19.2 us (27%, a 64-bit division per load): layer
@@ -98,7 +99,33 @@
 //       switch, alternating runs (moe_bench 1, H200, us, v8 -> v9): Qwen3-30B-A3B bf16 26.56-26.61
 //       -> 26.10-26.23, FP8 19.19-19.28 -> 18.77-18.79; Qwen3.5-35B-A3B bf16 24.96-24.98 ->
 //       24.68-24.69, FP8 20.57-20.65 -> 20.16-20.25; LFM2-8B-A1B bf16 31.19-31.37 -> 31.00-31.02,
-//       FP8 22.70-22.77 -> 22.23-22.35. (this)
+//       FP8 22.70-22.77 -> 22.23-22.35.
+//   v10 (session 14): at T = 1 the routing warp stores pair j's expert id in a flag as soon as
+//       round j has chosen it (expert_ready), and gate_up_mma_kernel's blocks of pair j poll that
+//       flag instead of waiting for the whole router grid; they wait for the router only after
+//       issuing their first batch of weight loads. And 16-bit down on tensor cores too
+//       (down_mma_kernel with 4 steps per batch; kDownOnTensorCores has its numbers). The flags,
+//       one build, a temporary switch, two alternating runs (moe_bench 1, H200, us; that call's
+//       machine ran ~5% slower than the others): Qwen3-30B-A3B bf16 27.97-27.98 -> 26.42, FP8
+//       19.84-19.97 -> 18.27-18.28; Qwen3.5-35B-A3B bf16 26.57-26.73 -> 24.92-25.03, FP8
+//       21.33-21.39 -> 19.76-19.84; LFM2-8B-A1B bf16 33.09-33.11 -> 31.90-31.93, FP8 23.24-23.31 ->
+//       21.71-21.77. Per-block %globaltimer stamps (session 11's recipe; Qwen3-30B-A3B T = 1, us
+//       after the router's wait): bf16 logits 1.5-1.8, routing done 4.6, gate_up's blocks go
+//       3.3-6.9 (median 4.1; all at 4.6 before), gate_up's blocks end 14.1-21.5 (90% by 17.7),
+//       down's 25.3-27.4; FP8 go 3.6-8.2, gate_up ends 9.0-13.8, down's 16.9-17.9. (this)
+//   Rejected in session 14 (one build, temporary switches, alternating runs, H200, us):
+//   - the first form of the flags: the routing warp wrote ids[j] and then a flag by st.release
+//     each round (the last flag after every id and weight, behind a fence), gate_up polled with
+//     ld.acquire: Qwen3-30B-A3B bf16 26.61-26.64 -> 27.12, FP8 19.42-19.43 -> 20.02-20.28 (a
+//     GPU-scope release per round on the routing warp's path), though LFM2-8B-A1B bf16 improved
+//     31.81-31.89 -> 29.69-29.71.
+//   - 8 copies of each flag, 128 bytes apart, each block polling copy x % 8 (some blocks go late,
+//     which looked like polling contention): Qwen3-30B-A3B FP8 18.39-18.40 -> 18.55-18.61, the
+//     rest within 0.1 us. More likely a poll waits behind its SM's weight loads in flight (not
+//     traced).
+//   - gate_up_mma_kernel's warps taking interleaved batches of steps (a block's warps read one
+//     contiguous stretch of each row per round, not four): Qwen3-30B-A3B bf16 26.61-26.64 ->
+//     26.77-26.80, FP8 19.42-19.43 -> 19.71-19.72, the other models 0.05-0.3 us slower.
 //   Rejected in session 13 (one build each, a temporary switch, alternating runs of moe_bench,
 //   H200, us, chain -> trial; the code is described here, not kept):
 //   - gate_up and down in one persistent kernel: 256-thread blocks, 3 per SM (80 registers), as
@@ -240,7 +267,22 @@ struct RouteArgs {
   int64_t x_ts = 0, hidden = 0;
   const void* gate = nullptr;
   float* sg = nullptr;
+  // Decode at T = 1: pair j's expert id + 1, stored (relaxed) in expert_ready[j * kReadyStride]
+  // as soon as routing round j has chosen it, so gate_up's blocks of pair j start before the
+  // router has finished (see poll_expert_ready). Zero otherwise; the down kernel zeroes it again.
+  unsigned* expert_ready = nullptr;
 };
+
+// The flags of expert_ready lie 128 bytes apart: each pair's gate_up blocks poll their own line.
+constexpr int kReadyStride = 32;
+__device__ __forceinline__ void store_relaxed_gpu(unsigned* p, unsigned v) {
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned load_relaxed_gpu(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 
 // Selection order as an unsigned key: larger keys first, NaN after every number, 0 for none
 // (ties go to the lower expert). -0 counts as +0, as in a float comparison.
@@ -317,6 +359,7 @@ template <int EPL, class L, class X, bool SHARED_LOGITS = false> __device__ void
       chosen_id = winner;
     }
     total += s;
+    if (a.expert_ready && lane == 0) store_relaxed_gpu(a.expert_ready + (t * a.k + j) * kReadyStride, static_cast<unsigned>(winner) + 1);
   }
   const float norm = a.norm ? 1.f / (total + a.eps) : 1.f;
   if (lane < a.k) {
@@ -681,6 +724,7 @@ struct DecodeArgs {
   const int32_t* ids = nullptr;
   const float* weights = nullptr;
   const int32_t* order = nullptr;  // T > 1: gate_up's pair blocks in expert order (else identity)
+  unsigned* expert_ready = nullptr;  // RouteArgs::expert_ready (T = 1), or nullptr
   const void *gate = nullptr, *up = nullptr;  // [E, I, H], unit stride along H
   int64_t gu_es = 0, gate_rs = 0, up_rs = 0;
   WeightScale gate_scale, up_scale;
@@ -791,6 +835,26 @@ __device__ __forceinline__ void gate_up_channel(const T* x, const WT* g_row, con
   u = warp_sum(u) * column_scale(us, e, i);
   if (lane == 0) *h_out = from_f<T>(silu_f(g) * u);
 }
+
+// At T = 1 with expert_ready, gate_up_mma_kernel's blocks start before the router has finished:
+// thread 0 polls its pair's flag (in L2) for the expert id, the one thing gate_up needs from the
+// router (x is the router's input, final before any router block let this launch go; the shared
+// expert's blocks need no flag). The flag carries its datum, so relaxed accesses suffice. Every
+// thread still waits for the router after issuing its first batch of weight loads, before its
+// block lets the down kernel launch (down reads the router's ids and weights before its own
+// wait), and again as it exits (RouterWaitAtExit: gate_up's completion then implies the
+// router's). gate_up_decode_kernel (f32 and odd sizes) waits for the router and reads ids.
+__device__ __forceinline__ int32_t poll_expert_ready(const unsigned* flag) {
+  unsigned v;
+  while ((v = load_relaxed_gpu(flag)) == 0) __nanosleep(32);
+  return static_cast<int32_t>(v - 1);
+}
+struct RouterWaitAtExit {
+  bool on;
+  __device__ ~RouterWaitAtExit() {
+    if (on) wait_for_previous_kernel();
+  }
+};
 
 // Six blocks per SM (<= 40 registers): Qwen3-30B-A3B's T = 1 grid (8 pairs x 96 blocks) then
 // runs as one wave; at 4 blocks per SM (61 registers) it took 1.45 waves. FP8 weights: under 40
@@ -911,7 +975,7 @@ template <class T> __device__ void stage_x_f16(const T* x, __half* xs, float* sc
 template <class WT, class AB>
 __device__ __forceinline__ void gate_up_mma_steps(const AB* xs, const float* x_scale, const WT* g_row, const WT* u_row, int s_begin,
                                                   int s_end, const float* g_scales, int g_step, const float* u_scales,
-                                                  int u_step, float& gate, float& up) {
+                                                  int u_step, bool wait_after_first_batch, float& gate, float& up) {
   constexpr bool kFp8 = std::is_same_v<WT, E4m3>;
   const int q = threadIdx.x % 4;
   const uint4* gp = reinterpret_cast<const uint4*>(g_row) + q;  // chunk q of step 0; step s 4 chunks on
@@ -953,6 +1017,10 @@ __device__ __forceinline__ void gate_up_mma_steps(const AB* xs, const float* x_s
       wg[l] = gp[4 * (s + l)];
       wu[l] = up_p[4 * (s + l)];
     }
+    if (wait_after_first_batch && s == s_begin) {  // see gate_up_mma_kernel: the router is done by now
+      wait_for_previous_kernel();
+      dependents_may_launch();
+    }
 #pragma unroll
     for (int l = 0; l < kMmaSteps; ++l) add_step(wg[l], wu[l], s + l);
   }
@@ -986,8 +1054,15 @@ __global__ void __launch_bounds__(kMmaThreads, 6) gate_up_mma_kernel(DecodeArgs 
   // As gate_up_decode_kernel: x is staged before the wait at T = 1 (it is the router's input),
   // after it when the pair blocks run in the router's expert order.
   if (!a.order) stage_x();
-  wait_for_previous_kernel();
-  dependents_may_launch();
+  const bool early = a.expert_ready != nullptr;  // T = 1
+  __shared__ int32_t ready_expert;
+  if (early) {
+    if (threadIdx.x == 0 && !shared_slot) ready_expert = poll_expert_ready(a.expert_ready + slot * kReadyStride);
+  } else {
+    wait_for_previous_kernel();
+    dependents_may_launch();
+  }
+  const RouterWaitAtExit exit_wait{early};
   if (a.order) {
     if (!shared_slot) slot = a.order[slot];
     stage_x();
@@ -999,7 +1074,7 @@ __global__ void __launch_bounds__(kMmaThreads, 6) gate_up_mma_kernel(DecodeArgs 
   const int64_t i = min(c0 + g, channels - 1);  // rows past the last channel repeat it, unwritten
   float gate = 0.f, up = 0.f;
   if (!shared_slot) {
-    const int64_t e = a.ids[slot];
+    const int64_t e = early ? ready_expert : a.ids[slot];
     const WT* g_row = static_cast<const WT*>(a.gate) + e * a.gu_es + i * a.gate_rs;
     const WT* u_row = static_cast<const WT*>(a.up) + e * a.gu_es + i * a.up_rs;
     const auto [s_begin, s_end] = warp_steps(hidden * static_cast<int>(sizeof(WT)) / kMmaStepBytes, kMmaWarps, warp);
@@ -1009,8 +1084,8 @@ __global__ void __launch_bounds__(kMmaThreads, 6) gate_up_mma_kernel(DecodeArgs 
     const float* u_scales = blocks ? us.ptr + gmm::block_scale_offset(e, i, 0, us.s0, us.s1, us.s2) : nullptr;
     if constexpr (kFp8)  // scale steps: a row's 128-element blocks, fewer than 2^31 apart
       gate_up_mma_steps<WT, __half>(x_f16, x_scale, g_row, u_row, s_begin, s_end, g_scales, static_cast<int>(gs.s2), u_scales,
-                                    static_cast<int>(us.s2), gate, up);
-    else gate_up_mma_steps<WT, T>(x_raw, nullptr, g_row, u_row, s_begin, s_end, nullptr, 0, nullptr, 0, gate, up);
+                                    static_cast<int>(us.s2), early, gate, up);
+    else gate_up_mma_steps<WT, T>(x_raw, nullptr, g_row, u_row, s_begin, s_end, nullptr, 0, nullptr, 0, early, gate, up);
     if (lane % 4 == 0) {
       partial[warp][g][0] = gate * column_scale(gs, e, i);
       partial[warp][g][1] = up * column_scale(us, e, i);
@@ -1019,7 +1094,7 @@ __global__ void __launch_bounds__(kMmaThreads, 6) gate_up_mma_kernel(DecodeArgs 
     const T* g_row = static_cast<const T*>(a.s_gate) + i * a.s_rs;
     const T* u_row = static_cast<const T*>(a.s_up) + i * a.s_rs;
     const auto [s_begin, s_end] = warp_steps(hidden * static_cast<int>(sizeof(T)) / kMmaStepBytes, kMmaWarps, warp);
-    gate_up_mma_steps<T, T>(x_raw, nullptr, g_row, u_row, s_begin, s_end, nullptr, 0, nullptr, 0, gate, up);
+    gate_up_mma_steps<T, T>(x_raw, nullptr, g_row, u_row, s_begin, s_end, nullptr, 0, nullptr, 0, early, gate, up);
     if (lane % 4 == 0) {
       partial[warp][g][0] = gate;
       partial[warp][g][1] = up;
@@ -1142,13 +1217,18 @@ __global__ void __launch_bounds__(kDownMaxWarps * 32, 2) down_decode_kernel(Deco
     for (int w = 0; w < warps; ++w) sum += partial[w][threadIdx.x];
     static_cast<T*>(a.out)[t * a.o_ts + n0 + threadIdx.x] = from_f<T>(sum);
   }
+  // Every gate_up block has seen its flag (this block waited for gate_up's completion): zero them
+  // for the next layer's router.
+  if (a.expert_ready && blockIdx.x == 0 && blockIdx.y == 0)
+    for (int i = threadIdx.x; i < a.k; i += blockDim.x) a.expert_ready[i * kReadyStride] = 0;
 }
 
-// Down on tensor cores (v6), for FP8 weights whose rows (inter, and the shared expert's s_inter,
-// in x's 16-bit type) are whole 64-byte steps. Block (o, t): outputs n0 = 4o .. 4o + 3 of token t;
-// its kDownMmaWarps warps split the rows' steps. The token's pairs are an mma's columns, 8 at a
-// time: A's row g is down row n0 (second mma: n0 + 2) of pair g's expert and row g + 8 its row
-// n0 + 1 (n0 + 3); B's column g is pair g's row of h, shared by both mmas. The wanted products
+// Down on tensor cores (v6; 16-bit weights since v10), for FP8 or x-typed weights whose rows
+// (inter, and the shared expert's s_inter, in x's 16-bit type) are whole 64-byte steps. Block
+// (o, t): outputs n0 = 4o .. 4o + 3 of token t; its kDownMmaWarps warps split the rows' steps.
+// The token's pairs are an mma's columns, 8 at a time: A's row g is down row n0 (second mma:
+// n0 + 2) of pair g's expert and row g + 8 its row n0 + 1 (n0 + 3); B's column g is pair g's row
+// of h, shared by both mmas. The wanted products
 // are D's diagonal, D[g][g] and D[g + 8][g], which thread (g, q = g / 2) holds as c[g % 2] and
 // c[2 + g % 2]; the other 56 of each row are discarded (the tensor cores have time to spare).
 // Thread (g, q) loads chunk q of each step of pair g's four rows and the h elements of the same
@@ -1157,21 +1237,28 @@ __global__ void __launch_bounds__(kDownMaxWarps * 32, 2) down_decode_kernel(Deco
 // addresses (merged into the same loads) with weight 0.
 // Why: down_decode_kernel holds 6 rows of 8 FFMA operands per lane under 64 registers, 1024
 // blocks for Qwen3-30B at T = 1 (1.94 waves at 4 blocks per SM); here 512 blocks of 128 threads at
-// 4 per SM are one wave with 12 16-byte weight loads in flight per lane (~95 KB per SM: all of
-// the FP8 layer's down bytes), issued before the wait for gate_up as in down_decode_kernel.
+// 4 per SM are one wave with 12 (FP8) or 16 (16-bit) 16-byte weight loads in flight per lane (~95
+// KB per SM: all of the FP8 layer's down bytes, 2/3 of the bf16 layer's), issued before the wait
+// for gate_up as in down_decode_kernel. Per-block timestamps (session 14, Qwen3-30B-A3B T = 1
+// bf16) showed why down_decode_kernel lost there: its second wave of blocks starts only as the
+// first ends, ~4 us after gate_up's blocks.
 // FP8 weights convert exactly to h's type (e4m3x2 -> f16x2, then to bf16 for bf16 h), so h enters
 // the mma as gate_up wrote it: no scaling and no range limit.
 constexpr int kDownMmaWarps = 4;
 constexpr int kDownMmaThreads = kDownMmaWarps * 32;
 constexpr int kDownMmaOutputs = 4;  // outputs per block: rows n0 .. n0 + 3, two per mma
-// 64-byte steps per row per batch of loads: FP8 3 (12 weight and 6 h loads of 16 bytes per lane,
-// 126 registers); the shared expert's 16-bit rows 2 (3 spilled at 128 registers).
-template <class WT> constexpr int kDownMmaSteps = sizeof(WT) == 1 ? 3 : 2;
+// 64-byte steps per row per batch of loads: FP8 3 (12 weight and 6 h loads of 16 bytes per lane),
+// 16-bit 4 (16 and 4; 128 registers, no spills); beside FP8 weights the shared expert's 16-bit
+// rows 2 (at 4, the FP8 kernel would spill).
+template <class WT> constexpr int kDownMmaSteps = sizeof(WT) == 1 ? 3 : 4;
 
-/// The mma down takes FP8 weights (with x's 16-bit type): for 16-bit weights down_decode_kernel
-/// was faster (Qwen3-30B bf16, H200, same call: T = 1 26.7 vs 28.6 us, T = 8 146 vs 152 us), for
-/// FP8 slower (T = 1 20.3 vs 19.2 us, T = 8 108 vs 104 us).
-template <class T, class WT> constexpr bool kDownOnTensorCores = sizeof(T) == 2 && std::is_same_v<WT, E4m3>;
+/// The mma down takes FP8 weights or weights of x's 16-bit type. FP8: down_decode_kernel was
+/// slower (Qwen3-30B, H200, same call: T = 1 20.3 vs 19.2 us, T = 8 108 vs 104 us). 16-bit: with
+/// batches of 2 steps down_decode_kernel won (session 8: T = 1 26.7 vs 28.6 us, T = 8 146 vs 152);
+/// with batches of 4 (2/3 of Qwen3-30B's rows in flight before the wait, session 14, one build,
+/// alternating, H200, us) down_mma wins: Qwen3-30B-A3B bf16 T = 1 26.63-26.64 -> 26.06-26.10,
+/// T = 8 161.2 -> 159.0; Qwen3.5-35B-A3B T = 1 25.20-25.25 -> 23.60-23.62, T = 8 141.6 -> 133.7.
+template <class T, class WT> constexpr bool kDownOnTensorCores = sizeof(T) == 2 && (std::is_same_v<WT, E4m3> || std::is_same_v<WT, T>);
 /// ... and only when each token has at least kDownMmaMinTopK pairs: at top-4 (LFM2-8B-A1B, FP8,
 /// same call) down_decode_kernel won (T = 1 22.7 vs 24.5 us, T = 8 109 vs 123 us), at top-8
 /// (Qwen3-30B, Qwen3.5-35B) down_mma (Qwen3-30B T = 1 19.2 vs 20.2, T = 8 104 vs 108).
@@ -1183,7 +1270,7 @@ constexpr int kDownMmaMinTopK = 8;
 // to AB, h's type; each step's sums are multiplied by the rows' 128x128 block scale when
 // `block_scales` is given (one per 128 elements, scale_step apart). When `wait`, the previous
 // kernel (h's writer) is waited for after the first batch of weight loads is issued.
-template <class WT, class AB>
+template <class WT, class AB, int L>
 __device__ __forceinline__ void down_mma_steps(const WT* first, int64_t rs, int last, const AB* h_row, int s_begin, int s_end,
                                                const float* block_scales, int64_t scale_step, bool wait, float (&run)[2][4]) {
   constexpr bool kFp8 = std::is_same_v<WT, E4m3>;
@@ -1230,7 +1317,6 @@ __device__ __forceinline__ void down_mma_steps(const WT* first, int64_t rs, int 
       }
     }
   };
-  constexpr int L = kDownMmaSteps<WT>;
   int s = s_begin;
   for (; s + L <= s_end; s += L) {
     uint4 w[L][4], hv[L][kHChunks];
@@ -1249,15 +1335,26 @@ __device__ __forceinline__ void down_mma_steps(const WT* first, int64_t rs, int 
 #pragma unroll
     for (int l = 0; l < L; ++l) add_step(w[l], hv[l], s + l);
   }
-  if (wait) wait_for_previous_kernel();
-  for (; s < s_end; ++s) {
-    uint4 w[4], hv[kHChunks];
+  if (s < s_end) {  // the last steps, fewer than L, as one predicated batch (one round trip, not n)
+    const int n = s_end - s;
+    uint4 w[L][4], hv[L][kHChunks];
 #pragma unroll
-    for (int r = 0; r < 4; ++r) w[r] = rp[r][4 * s];
+    for (int l = 0; l < L; ++l)
 #pragma unroll
-    for (int c = 0; c < kHChunks; ++c) hv[c] = __ldcg(hp + 4 * kHChunks * s + c);
-    add_step(w, hv, s);
+      for (int r = 0; r < 4; ++r) w[l][r] = l < n ? rp[r][4 * (s + l)] : make_uint4(0, 0, 0, 0);
+    if (wait) {
+      wait_for_previous_kernel();
+      wait = false;
+    }
+#pragma unroll
+    for (int l = 0; l < L; ++l)
+#pragma unroll
+      for (int c = 0; c < kHChunks; ++c) hv[l][c] = l < n ? __ldcg(hp + 4 * kHChunks * (s + l) + c) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int l = 0; l < L; ++l)
+      if (l < n) add_step(w[l], hv[l], s + l);
   }
+  if (wait) wait_for_previous_kernel();
 }
 
 // Output r's product for pair g, held by thread (g, g / 2): D[g][g] of mma r / 2 for even r,
@@ -1290,7 +1387,7 @@ __global__ void __launch_bounds__(kDownMmaThreads, 4) down_mma_kernel(DecodeArgs
       const WeightScale& ds = a.down_scale;
       const float* scales = std::is_same_v<WT, E4m3> && ds.kind == WeightScale::Block128
                                 ? ds.ptr + gmm::block_scale_offset(e, n0, 0, ds.s0, ds.s1, ds.s2) : nullptr;
-      down_mma_steps<WT, T>(static_cast<const WT*>(a.down) + e * a.d_es + n0 * a.d_rs, a.d_rs, last, static_cast<const T*>(a.h) + pair * a.h_rs,
+      down_mma_steps<WT, T, kDownMmaSteps<WT>>(static_cast<const WT*>(a.down) + e * a.d_es + n0 * a.d_rs, a.d_rs, last, static_cast<const T*>(a.h) + pair * a.h_rs,
                             s_begin, s_end, scales, ds.s2, wait, run);
       const float weight = valid ? __ldcg(a.weights + pair) : 0.f;
 #pragma unroll
@@ -1298,7 +1395,8 @@ __global__ void __launch_bounds__(kDownMmaThreads, 4) down_mma_kernel(DecodeArgs
         if (holder) acc[r] = fmaf(diagonal(run, r, g), weight * column_scale(ds, e, min(n0 + r, a.hidden - 1)), acc[r]);
     } else {  // the shared expert: column 0
       const auto [s_begin, s_end] = warp_steps(static_cast<int>(a.s_inter * static_cast<int64_t>(sizeof(T)) / kMmaStepBytes), kDownMmaWarps, warp);
-      down_mma_steps<T, T>(static_cast<const T*>(a.s_down) + n0 * a.sd_rs, a.sd_rs, last, static_cast<const T*>(a.h) + (pairs + t) * a.h_rs,
+      constexpr int kSharedSteps = std::is_same_v<WT, E4m3> ? 2 : kDownMmaSteps<T>;  // see kDownMmaSteps
+      down_mma_steps<T, T, kSharedSteps>(static_cast<const T*>(a.s_down) + n0 * a.sd_rs, a.sd_rs, last, static_cast<const T*>(a.h) + (pairs + t) * a.h_rs,
                            s_begin, s_end, nullptr, 0, wait, run);
       const float gate = g == 0 ? (a.sg ? __ldcg(a.sg + t) : 1.f) : 0.f;
 #pragma unroll
@@ -1319,6 +1417,8 @@ __global__ void __launch_bounds__(kDownMmaThreads, 4) down_mma_kernel(DecodeArgs
     for (int w = 0; w < kDownMmaWarps; ++w) sum += partial[w][threadIdx.x];
     static_cast<T*>(a.out)[t * a.o_ts + n0 + threadIdx.x] = from_f<T>(sum);
   }
+  if (a.expert_ready && blockIdx.x == 0 && blockIdx.y == 0)  // as down_decode_kernel
+    for (int i = threadIdx.x; i < a.k; i += blockDim.x) a.expert_ready[i * kReadyStride] = 0;
 }
 
 // ---- host -----------------------------------------------------------------------------------------
@@ -1509,6 +1609,9 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
   ra.eps = static_cast<float>(options.route.norm_eps); ra.scaling = static_cast<float>(options.route.routed_scaling);
   ra.weights = weights.data_ptr<float>(); ra.ids = ids.data_ptr<int32_t>();
   ra.x = x.raw_data(); ra.x_ts = x.stride(0); ra.hidden = hidden;
+  if (decode && t == 1)  // k <= 32 flags
+    ra.expert_ready = static_cast<unsigned*>(
+        zeroed_stream_scratch(device, stream, ScratchPurpose::MoeExpertReady, 32 * kReadyStride * sizeof(unsigned)));
   if (shared_gate) {
     ra.gate = options.shared->gate.raw_data();
     ra.sg = sg.data_ptr<float>();
@@ -1553,6 +1656,7 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
     a.x = x.raw_data(); a.x_ts = x.stride(0); a.tokens = t; a.hidden = hidden; a.inter = inter; a.k = k;
     a.ids = ids.data_ptr<int32_t>(); a.weights = weights.data_ptr<float>();
     a.order = pair_order.defined() ? pair_order.data_ptr<int32_t>() : nullptr;
+    a.expert_ready = ra.expert_ready;
     a.gate = experts.gate.raw_data(); a.up = experts.up.raw_data(); a.gu_es = experts.gate.stride(0);
     a.gate_rs = experts.gate.stride(1); a.up_rs = experts.up.stride(1);
     a.gate_scale = gmm::weight_scale(experts.gate_scale, inter);

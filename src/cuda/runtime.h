@@ -40,10 +40,11 @@ int kernel_ptx_version(const void* kernel, int device);
 bool dependent_launches_enabled(int device);
 
 /// Per (device, stream, purpose) scratch of at least `bytes`, zero when first handed out, for
-/// kernels that finish with a "last block" ticket: they must leave it zero again, so no memset
+/// kernels that finish with a "last block" ticket or pass flags between kernels (the MoE decode
+/// layer's expert_ready): they must leave it zero again, so no memset
 /// launch is needed per call and the launch can be captured in a CUDA graph. Separate per stream
 /// so concurrent kernels never share counters. Growing it queues a memset on `stream`.
-enum class ScratchPurpose { GemvSplitK, MoeRouter };
+enum class ScratchPurpose { GemvSplitK, MoeRouter, MoeExpertReady };
 void* zeroed_stream_scratch(int device, cudaStream_t stream, ScratchPurpose purpose, size_t bytes);
 
 /// Device error word: kernels that meet bad user data they cannot report synchronously (an
