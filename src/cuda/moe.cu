@@ -126,6 +126,11 @@
 //   - gate_up_mma_kernel's warps taking interleaved batches of steps (a block's warps read one
 //     contiguous stretch of each row per round, not four): Qwen3-30B-A3B bf16 26.61-26.64 ->
 //     26.77-26.80, FP8 19.42-19.43 -> 19.71-19.72, the other models 0.05-0.3 us slower.
+//   - 16-bit down_mma with 6 steps per batch (all of Qwen3-30B-A3B's down rows in flight before
+//     the wait, spill-free there) and h loaded one step ahead instead of with the batch: T=1
+//     Qwen3-30B-A3B bf16 28.89-29.02 -> 28.59-28.61 (a slow machine), but Qwen3.5-35B-A3B
+//     25.96-26.07 -> 26.29-26.39 and T=8 Qwen3-30B-A3B 158.4 -> 159.9, Qwen3.5-35B-A3B 135.0 ->
+//     149.7 (branch moe-down-steps6).
 //   Rejected in session 13 (one build each, a temporary switch, alternating runs of moe_bench,
 //   H200, us, chain -> trial; the code is described here, not kept):
 //   - gate_up and down in one persistent kernel: 256-thread blocks, 3 per SM (80 registers), as
