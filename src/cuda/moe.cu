@@ -125,7 +125,8 @@
 //     traced).
 //   - gate_up_mma_kernel's warps taking interleaved batches of steps (a block's warps read one
 //     contiguous stretch of each row per round, not four): Qwen3-30B-A3B bf16 26.61-26.64 ->
-//     26.77-26.80, FP8 19.42-19.43 -> 19.71-19.72, the other models 0.05-0.3 us slower.
+//     26.77-26.80, FP8 19.42-19.43 -> 19.71-19.72; the other models within -0.1 / +0.3 us (LFM2-8B-A1B bf16
+//     31.81-31.89 -> 31.72-31.74).
 //   - 16-bit down_mma with 6 steps per batch (all of Qwen3-30B-A3B's down rows in flight before
 //     the wait, spill-free there) and h loaded one step ahead instead of with the batch: T=1
 //     Qwen3-30B-A3B bf16 28.89-29.02 -> 28.59-28.61 (a slow machine), but Qwen3.5-35B-A3B
