@@ -1323,26 +1323,9 @@ __device__ __forceinline__ void down_mma_steps(const WT* first, int64_t rs, int 
       }
     }
   };
-  int s = s_begin;
-  for (; s + L <= s_end; s += L) {
-    uint4 w[L][4], hv[L][kHChunks];
-#pragma unroll
-    for (int l = 0; l < L; ++l)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) w[l][r] = rp[r][4 * (s + l)];
-    if (wait) {
-      wait_for_previous_kernel();
-      wait = false;
-    }
-#pragma unroll
-    for (int l = 0; l < L; ++l)
-#pragma unroll
-      for (int c = 0; c < kHChunks; ++c) hv[l][c] = __ldcg(hp + 4 * kHChunks * (s + l) + c);
-#pragma unroll
-    for (int l = 0; l < L; ++l) add_step(w[l], hv[l], s + l);
-  }
-  if (s < s_end) {  // the last steps, fewer than L, as one predicated batch (one round trip, not n)
-    const int n = s_end - s;
+  // A batch of n <= L steps from step s: every weight load issued first, then (first batch only)
+  // the wait for h's writer, then the h loads. Called with n = L the predicates fold away.
+  const auto batch = [&](int s, int n) {
     uint4 w[L][4], hv[L][kHChunks];
 #pragma unroll
     for (int l = 0; l < L; ++l)
@@ -1359,7 +1342,10 @@ __device__ __forceinline__ void down_mma_steps(const WT* first, int64_t rs, int 
 #pragma unroll
     for (int l = 0; l < L; ++l)
       if (l < n) add_step(w[l], hv[l], s + l);
-  }
+  };
+  int s = s_begin;
+  for (; s + L <= s_end; s += L) batch(s, L);
+  if (s < s_end) batch(s, s_end - s);  // the last steps as one predicated batch (one round trip, not n)
   if (wait) wait_for_previous_kernel();
 }
 
