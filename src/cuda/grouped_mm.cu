@@ -46,6 +46,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 
 #include "backend.h"
 #include "cuda/grouped_mm.h"
@@ -114,8 +115,10 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const int32_t* __res
 // ---- decode ----------------------------------------------------------------------------------------
 constexpr int kDecodeRows = 4;
 
+// TRIAL (session 14, EMBER_GMM_DECODE_V1=1 runs this one): v1, one load of 8 weights per lane and
+// chunk, each chunk's activation loads (global) consumed at once.
 template <class AT, class BT, class OT>
-__global__ void decode_kernel(RowsProblem p, const int32_t* __restrict__ ends, const int32_t* __restrict__ active,
+__global__ void decode_v1_kernel(RowsProblem p, const int32_t* __restrict__ ends, const int32_t* __restrict__ active,
                               const int32_t* __restrict__ num_active) {
   int g = 0;
   int64_t s = 0, e = p.rows;
@@ -172,6 +175,120 @@ __global__ void decode_kernel(RowsProblem p, const int32_t* __restrict__ ends, c
       v *= column_scale(p.scale_b, g, n);
       static_cast<OT*>(p.out)[row * p.o_rs + n * p.o_ns] = from_f<OT>(v);
     }
+  }
+}
+
+// v2 (TRIAL, session 14): the group's rows staged in shared memory, up to kDecodePassRows per
+// pass (fewer when K is long; the host takes this kernel only where one row fits
+// kDecodeStageBytes), and each lane's weight loads issued as whole raw batches (kDecodeLoads chunks of 8
+// elements) before any is used, as the MoE decode kernels do (moe.cu v3). The row loop inside a
+// chunk is unrolled over R, a power of two >= the pass's rows (rows past them repeat the last),
+// so no branch separates a batch's loads. v1 consumed each chunk's load at once and read the
+// activations from L2 inside the loop.
+constexpr int kDecodePassRows = 4;
+constexpr int kDecodeStageBytes = 48 * 1024;
+template <class BT> constexpr int kDecodeLoads = sizeof(BT) == 4 ? 2 : 4;
+
+// One warp: out rows [r0, r0 + nr) (nr <= R) of column n; the rows staged in shared memory at
+// `rows`, rows_rs apart.
+template <int R, class AT, class BT, class OT>
+__device__ __forceinline__ void decode_column(const RowsProblem& p, const AT* rows, int rows_rs, int nr, int64_t r0, int g, int64_t n,
+                                              const BT* w) {
+  constexpr int L = kDecodeLoads<BT>;
+  const int lane = threadIdx.x % 32;
+  const int chunks = static_cast<int>(p.k / 8), batched = chunks / (L * 32) * (L * 32);
+  // Block scales (FP8 weights only) as this column's row of them and a stride: one per 128
+  // elements, 16 chunks. (The generic per-chunk lookup kept 64-bit index math in the loop.)
+  const bool blocks = std::is_same_v<BT, E4m3> && p.scale_b.kind == WeightScale::Block128;
+  const float* scales = blocks ? p.scale_b.ptr + block_scale_offset(g, n, 0, p.scale_b.s0, p.scale_b.s1, p.scale_b.s2) : nullptr;
+  const int64_t scale_step = p.scale_b.s2;
+  float acc[R] = {};
+  const auto add_chunk = [&](const Raw8<BT>& raw, int c) {
+    float wf[8];
+    unpack8(raw, wf);
+    const float bs = blocks ? scales[c / (kScaleBlock / 8) * scale_step] : 1.f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float af[8];
+      load8(rows + min(r, nr - 1) * rows_rs + c * 8, af);
+      acc[r] = fmaf(dot8(af, wf, 0.f), bs, acc[r]);
+    }
+  };
+  for (int c0 = lane; c0 < batched; c0 += L * 32) {  // whole batches: every load issued before the first use
+    Raw8<BT> wr[L];
+#pragma unroll
+    for (int l = 0; l < L; ++l) wr[l] = load_raw8(w + (c0 + l * 32) * 8);
+#pragma unroll
+    for (int l = 0; l < L; ++l) add_chunk(wr[l], c0 + l * 32);
+  }
+  if (batched + lane < chunks) {  // one predicated batch for the rest
+    const int c0 = batched + lane;
+    Raw8<BT> wr[L];
+#pragma unroll
+    for (int l = 0; l < L; ++l) wr[l] = c0 + l * 32 < chunks ? load_raw8(w + (c0 + l * 32) * 8) : Raw8<BT>{};
+#pragma unroll
+    for (int l = 0; l < L; ++l)
+      if (c0 + l * 32 < chunks) add_chunk(wr[l], c0 + l * 32);
+  }
+  for (int64_t kk = int64_t{chunks} * 8 + lane; kk < p.k; kk += 32) {  // K % 8
+    const float wv = to_f(w[kk]) * (blocks ? scales[kk / kScaleBlock * scale_step] : 1.f);
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = fmaf(to_f(rows[min(r, nr - 1) * rows_rs + kk]), wv, acc[r]);
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+  if (lane < nr) {
+    float v = acc[0];
+#pragma unroll
+    for (int r = 1; r < R; ++r)
+      if (lane == r) v = acc[r];
+    const int64_t out_row = r0 + lane;
+    if (p.scale_a) v *= p.scale_a[p.scale_a_rows ? out_row : 0];
+    v *= column_scale(p.scale_b, g, n);
+    static_cast<OT*>(p.out)[out_row * p.o_rs + n * p.o_ns] = from_f<OT>(v);
+  }
+}
+
+template <class AT, class BT, class OT>
+__global__ void __launch_bounds__(256, 3) decode_kernel(RowsProblem p, const int32_t* __restrict__ ends, const int32_t* __restrict__ active,
+                                                     const int32_t* __restrict__ num_active, int stage_rows, int stage_rs) {
+  extern __shared__ __align__(16) unsigned char decode_staged[];
+  int g = 0;
+  int64_t s = 0, e = p.rows;
+  if (ends) {  // offs given: the y-th non-empty group
+    if (static_cast<int>(blockIdx.y) >= *num_active) return;  // the whole block
+    g = active[blockIdx.y];
+    s = g == 0 ? 0 : ends[g - 1];
+    e = ends[g];
+  }
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const bool has_column = n < p.n;  // warps past N still take part in the staging
+  const auto* a = static_cast<const AT*>(p.a);
+  const BT* w = static_cast<const BT*>(p.b) + g * p.b_gs + (has_column ? n : 0) * p.b_ns;
+  // stage_rows (>= 1) rows per pass, stage_rs elements apart (16-byte multiples). Whole 16-byte
+  // pieces of a row, and the elements after them (none when K * size % 16 == 0).
+  const int vecs = static_cast<int>(p.k * static_cast<int64_t>(sizeof(AT)) / 16), tail0 = vecs * 16 / static_cast<int>(sizeof(AT));
+  const int tail = static_cast<int>(p.k) - tail0;
+  AT* staged = reinterpret_cast<AT*>(decode_staged);
+  for (int64_t r0 = s; r0 < e; r0 += stage_rows) {
+    const int nr = static_cast<int>(min(int64_t{stage_rows}, e - r0));
+    const AT* rows = a + r0 * p.a_rs;
+    __syncthreads();  // the previous pass has read its rows
+    for (int i = threadIdx.x; i < nr * vecs; i += blockDim.x) {
+      const int r = i / vecs, v = i - r * vecs;
+      reinterpret_cast<uint4*>(staged + r * stage_rs)[v] = reinterpret_cast<const uint4*>(rows + r * p.a_rs)[v];
+    }
+    for (int i = threadIdx.x; i < nr * tail; i += blockDim.x) {
+      const int r = i / tail, kk = tail0 + i - r * tail;
+      staged[r * stage_rs + kk] = rows[r * p.a_rs + kk];
+    }
+    __syncthreads();
+    if (!has_column) continue;
+    if (nr == 1) decode_column<1, AT, BT, OT>(p, staged, stage_rs, nr, r0, g, n, w);
+    else if (nr == 2) decode_column<2, AT, BT, OT>(p, staged, stage_rs, nr, r0, g, n, w);
+    else decode_column<kDecodePassRows, AT, BT, OT>(p, staged, stage_rs, nr, r0, g, n, w);
   }
 }
 
@@ -665,7 +782,10 @@ void run_rows(const RowsProblem& p, int device) {
   // The decode kernel reads the activation rows once per output column: right for about one
   // row per group (or up to 8 rows of one group); beyond that v2's tiles read them once per 128
   // columns. Without v2, decode keeps up to 8 rows per group (v1 tiles are slower still).
-  const bool decode = decode_layout && p.rows <= (mma ? std::max<int64_t>(8, groups) : 8 * groups);
+  // v2 stages the rows: one (its pitch a multiple of 16 bytes) must fit its shared memory.
+  const int64_t decode_pitch = (p.k * static_cast<int64_t>(a_size) + 15) / 16 * 16;
+  const bool decode = decode_layout && p.k > 0 && p.rows <= (mma ? std::max<int64_t>(8, groups) : 8 * groups) &&
+                      decode_pitch <= kDecodeStageBytes;
   const int bm = !decode && mma ? mma_block_rows(p, groups, sms) : kBM;
   const int64_t row_tiles = (p.rows + bm - 1) / bm;
   const int64_t map_len = p.offs ? row_tiles + groups : row_tiles;
@@ -700,11 +820,21 @@ void run_rows(const RowsProblem& p, int device) {
     using BT = std::remove_pointer_t<decltype(b_tag)>;
     using OT = std::remove_pointer_t<decltype(o_tag)>;
     if (decode) {
-      // 8 warps (columns) per block when that still gives two waves of blocks, else 2.
-      const int threads = p.n >= int64_t{16} * sms * 8 ? 256 : 64;
       const auto slots = static_cast<unsigned>(std::min<int64_t>({groups, p.rows, 65535}));
-      const dim3 grid(static_cast<unsigned>((p.n + threads / 32 - 1) / (threads / 32)), slots);
-      decode_kernel<AT, BT, OT><<<grid, threads, 0, stream>>>(p, ends, active, num_active);
+      const char* v1_env = std::getenv("EMBER_GMM_DECODE_V1");  // TRIAL switch
+      if (v1_env && *v1_env == '1') {
+        // 8 warps (columns) per block when that still gives two waves of blocks, else 2.
+        const int threads = p.n >= int64_t{16} * sms * 8 ? 256 : 64;
+        const dim3 grid(static_cast<unsigned>((p.n + threads / 32 - 1) / (threads / 32)), slots);
+        decode_v1_kernel<AT, BT, OT><<<grid, threads, 0, stream>>>(p, ends, active, num_active);
+      } else {
+        // 8 columns per block (the staging is shared by the block), rows staged per pass: as many
+        // as fit kDecodeStageBytes, at most kDecodePassRows.
+        const dim3 grid(static_cast<unsigned>((p.n + 7) / 8), slots);
+        const int stage_rows = static_cast<int>(std::min<int64_t>(kDecodePassRows, kDecodeStageBytes / decode_pitch));
+        decode_kernel<AT, BT, OT><<<grid, 256, static_cast<size_t>(stage_rows) * decode_pitch, stream>>>(
+            p, ends, active, num_active, stage_rows, static_cast<int>(decode_pitch / static_cast<int64_t>(a_size)));
+      }
     } else {
       const dim3 grid(static_cast<unsigned>(map_len), static_cast<unsigned>((p.n + kBN - 1) / kBN));
       EMBER_CHECK(grid.y <= 65535, "grouped_mm", "output columns on CUDA: expected at most {}, got {}", 65535 * kBN, p.n);

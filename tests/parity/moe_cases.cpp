@@ -215,6 +215,15 @@ std::vector<Tensor> layer_case(Device d, const LayerConfig& c, uint64_t seed) {
 EMBER_PARITY_CASE(moe_gmm_decode_bf16_one_row_groups, { return rows_case(d, 8, 128, 1536, 2048, kBFloat16, 1); });
 EMBER_PARITY_CASE(moe_gmm_decode_f16_odd_n, { return rows_case(d, 5, 7, 333, 264, kFloat16, 2, 1); });
 EMBER_PARITY_CASE(moe_gmm_decode_f32_k_tail, { return rows_case(d, 12, 3, 40, 36, kFloat32, 3); });
+// K = 36 (K % 8 = 4, rows of 72 bytes: the staged rows end in a partial 16-byte piece) with
+// padded rows so the operands stay 16-byte aligned, and a group of 9 rows (more than a pass).
+EMBER_PARITY_CASE(moe_gmm_decode_bf16_padded_k36_nine_row_group, {
+  const Tensor a = randn_on(d, {16, 40}, kBFloat16, 7).narrow(1, 0, 36);
+  const Tensor w = randn_on(d, {16, 24, 40}, kBFloat16, 8).narrow(2, 0, 36);  // [G, N, K], rows 80 bytes apart
+  std::vector<int32_t> sizes(16, 0);
+  sizes[0] = 9, sizes[2] = 1, sizes[3] = 6;
+  return {grouped_mm(a, w.transpose(1, 2), offsets_of(d, sizes))};
+});
 EMBER_PARITY_CASE(moe_gmm_tiled_bf16_prefill, { return rows_case(d, 700, 8, 200, 136, kBFloat16, 4, 3); });
 EMBER_PARITY_CASE(moe_gmm_tiled_f16_empty_groups, { return rows_case(d, 300, 33, 72, 64, kFloat16, 5); });
 EMBER_PARITY_CASE(moe_gmm_tiled_f32_odd, { return rows_case(d, 133, 4, 45, 52, kFloat32, 6); });
