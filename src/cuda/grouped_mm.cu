@@ -5,9 +5,10 @@
 //                 (group, first row), or -1 for a tile left over. BM is the launch's tile height.
 //   decode_kernel few rows per group (MoE decode: T*top_k rows over many experts; at most one
 //                 per group on average, or 8 of one group, where mma_tile_kernel applies, else
-//                 8 per group): block y takes the y-th non-empty group, one warp per output
-//                 column streams that weight row once with 16-byte loads (8 elements; FP8 through
-//                 the hardware fp8x2 converter) and dots it with up to 4 of the group's rows at a time.
+//                 8 per group): block y takes the y-th non-empty group and stages up to 4 of its
+//                 rows at a time in shared memory; each of its 8 warps streams one output column's
+//                 weight row once in whole batches of 16-byte loads (8 elements; FP8 through the
+//                 hardware fp8x2 converter) and dots it with the staged rows (v2, below).
 //   mma_tile_kernel  prefill, bf16/f16 activations unit-stride along K with weights of the same
 //                 type or FP8, also unit-stride along K (the [G, N, K] checkpoint layout seen as
 //                 its [G, K, N] transpose). A BM x 128 output tile per block of 8 warps
@@ -46,7 +47,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
 
 #include "backend.h"
 #include "cuda/grouped_mm.h"
@@ -113,78 +113,19 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const int32_t* __res
 }
 
 // ---- decode ----------------------------------------------------------------------------------------
-constexpr int kDecodeRows = 4;
-
-// TRIAL (session 14, EMBER_GMM_DECODE_V1=1 runs this one): v1, one load of 8 weights per lane and
-// chunk, each chunk's activation loads (global) consumed at once.
-template <class AT, class BT, class OT>
-__global__ void decode_v1_kernel(RowsProblem p, const int32_t* __restrict__ ends, const int32_t* __restrict__ active,
-                              const int32_t* __restrict__ num_active) {
-  int g = 0;
-  int64_t s = 0, e = p.rows;
-  if (ends) {  // offs given: the y-th non-empty group
-    if (static_cast<int>(blockIdx.y) >= *num_active) return;
-    g = active[blockIdx.y];
-    s = g == 0 ? 0 : ends[g - 1];
-    e = ends[g];
-  }
-  const int lane = threadIdx.x % 32;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (n >= p.n) return;  // whole warps leave; no block-wide synchronisation follows
-  const auto* a = static_cast<const AT*>(p.a);
-  const BT* w = static_cast<const BT*>(p.b) + g * p.b_gs + n * p.b_ns;
-  const int64_t chunks = p.k / 8;
-  const bool blocks = p.scale_b.kind == WeightScale::Block128;
-  for (int64_t r0 = s; r0 < e; r0 += kDecodeRows) {
-    const int nr = static_cast<int>(min(int64_t{kDecodeRows}, e - r0));
-    float acc[kDecodeRows] = {};
-#pragma unroll 4
-    for (int64_t c = lane; c < chunks; c += 32) {
-      float wf[8];
-      load8(w + c * 8, wf);
-      const float bs = blocks ? block_scale(p.scale_b, g, n, c * 8) : 1.f;
-#pragma unroll
-      for (int r = 0; r < kDecodeRows; ++r) {
-        if (r < nr) {
-          float af[8];
-          load8(a + (r0 + r) * p.a_rs + c * 8, af);
-          float d = 0.f;
-#pragma unroll
-          for (int i = 0; i < 8; ++i) d = fmaf(af[i], wf[i], d);
-          acc[r] = fmaf(d, bs, acc[r]);
-        }
-      }
-    }
-    for (int64_t kk = chunks * 8 + lane; kk < p.k; kk += 32) {
-      const float wv = to_f(w[kk]) * block_scale(p.scale_b, g, n, kk);
-#pragma unroll
-      for (int r = 0; r < kDecodeRows; ++r)
-        if (r < nr) acc[r] = fmaf(to_f(a[(r0 + r) * p.a_rs + kk]), wv, acc[r]);
-    }
-#pragma unroll
-    for (int r = 0; r < kDecodeRows; ++r)
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
-    if (lane < nr) {
-      float v = acc[0];
-#pragma unroll
-      for (int r = 1; r < kDecodeRows; ++r)
-        if (lane == r) v = acc[r];
-      const int64_t row = r0 + lane;
-      if (p.scale_a) v *= p.scale_a[p.scale_a_rows ? row : 0];
-      v *= column_scale(p.scale_b, g, n);
-      static_cast<OT*>(p.out)[row * p.o_rs + n * p.o_ns] = from_f<OT>(v);
-    }
-  }
-}
-
-// v2 (TRIAL, session 14): the group's rows staged in shared memory, up to kDecodePassRows per
+// Decode v2 (session 15): the group's rows staged in shared memory, up to kDecodePassRows per
 // pass (fewer when K is long; the host takes this kernel only where one row fits
-// kDecodeStageBytes), and each lane's weight loads issued as whole raw batches (kDecodeLoads chunks of 8
-// elements) before any is used, as the MoE decode kernels do (moe.cu v3). The row loop inside a
-// chunk is unrolled over R, a power of two >= the pass's rows (rows past them repeat the last),
-// so no branch separates a batch's loads. v1 consumed each chunk's load at once and read the
-// activations from L2 inside the loop.
+// kDecodeStageBytes), and each lane's weight loads issued as whole raw batches (kDecodeLoads chunks
+// of 8 elements) before any is used, as the MoE decode kernels do (moe.cu v3). The row loop inside
+// a chunk is unrolled over R (1, 2 or 4 >= the pass's rows; rows past them repeat the last), so no
+// branch separates a batch's loads. v1 loaded one chunk of 8 weights per lane and consumed it at
+// once, reading the activations from L2 inside the loop, with 2 or 8 columns per block. Measured
+// in one build (v1 behind a temporary switch), alternating runs of moe_bench, grouped_mm alone,
+// H200, us, v1 -> v2: Qwen3-30B-A3B T=1 bf16 28.64-28.83 -> 22.77-22.86, FP8 31.39-31.49 -> 22.03,
+// T=4 76.5 -> 57.7 / 88.0 -> 58.8, T=16 251.9 -> 169.4 / 258.1 -> 175.5; Qwen3.5-35B-A3B T=1
+// 23.01-23.11 -> 18.43-18.44 / 25.16-25.28 -> 17.93-17.94, T=16 183.4 -> 132.2 / 205.5 -> 136.2;
+// LFM2-8B-A1B T=1 29.95-29.98 -> 25.89-25.92 / 35.04-35.06 -> 24.43-24.48, T=4 83.1 -> 66.2 /
+// 96.5 -> 64.4 (its T=16, 64 rows over 32 experts, takes the tiles).
 constexpr int kDecodePassRows = 4;
 constexpr int kDecodeStageBytes = 48 * 1024;
 template <class BT> constexpr int kDecodeLoads = sizeof(BT) == 4 ? 2 : 4;
@@ -821,20 +762,12 @@ void run_rows(const RowsProblem& p, int device) {
     using OT = std::remove_pointer_t<decltype(o_tag)>;
     if (decode) {
       const auto slots = static_cast<unsigned>(std::min<int64_t>({groups, p.rows, 65535}));
-      const char* v1_env = std::getenv("EMBER_GMM_DECODE_V1");  // TRIAL switch
-      if (v1_env && *v1_env == '1') {
-        // 8 warps (columns) per block when that still gives two waves of blocks, else 2.
-        const int threads = p.n >= int64_t{16} * sms * 8 ? 256 : 64;
-        const dim3 grid(static_cast<unsigned>((p.n + threads / 32 - 1) / (threads / 32)), slots);
-        decode_v1_kernel<AT, BT, OT><<<grid, threads, 0, stream>>>(p, ends, active, num_active);
-      } else {
-        // 8 columns per block (the staging is shared by the block), rows staged per pass: as many
-        // as fit kDecodeStageBytes, at most kDecodePassRows.
-        const dim3 grid(static_cast<unsigned>((p.n + 7) / 8), slots);
-        const int stage_rows = static_cast<int>(std::min<int64_t>(kDecodePassRows, kDecodeStageBytes / decode_pitch));
-        decode_kernel<AT, BT, OT><<<grid, 256, static_cast<size_t>(stage_rows) * decode_pitch, stream>>>(
-            p, ends, active, num_active, stage_rows, static_cast<int>(decode_pitch / static_cast<int64_t>(a_size)));
-      }
+      // 8 columns per block (the staging is shared by the block), rows staged per pass: as many as
+      // fit kDecodeStageBytes, at most kDecodePassRows.
+      const dim3 grid(static_cast<unsigned>((p.n + 7) / 8), slots);
+      const int stage_rows = static_cast<int>(std::min<int64_t>(kDecodePassRows, kDecodeStageBytes / decode_pitch));
+      decode_kernel<AT, BT, OT><<<grid, 256, static_cast<size_t>(stage_rows) * decode_pitch, stream>>>(
+          p, ends, active, num_active, stage_rows, static_cast<int>(decode_pitch / static_cast<int64_t>(a_size)));
     } else {
       const dim3 grid(static_cast<unsigned>(map_len), static_cast<unsigned>((p.n + kBN - 1) / kBN));
       EMBER_CHECK(grid.y <= 65535, "grouped_mm", "output columns on CUDA: expected at most {}, got {}", 65535 * kBN, p.n);
