@@ -113,11 +113,11 @@
 //       after the router's wait): bf16 logits 1.5-1.8, routing done 4.6, gate_up's blocks go
 //       3.3-6.9 (median 4.1; all at 4.6 before), gate_up's blocks end 14.1-21.5 (90% by 17.7),
 //       down's 25.3-27.4; FP8 go 3.6-8.2, gate_up ends 9.0-13.8, down's 16.9-17.9. (this)
-//   Rejected in session 15 (branch moe-route-in-blocks; each form one build with a temporary
-//   switch, alternating runs of moe_bench 1, H200, us, v10 -> trial): routing in the decode
-//   kernels' blocks. At T = 1 the router wrote only the logits and exited; every gate_up block
-//   waited for it and routed the token itself, as far as its own pair (block (0, 0) all k pairs
-//   and the weights). Down's blocks routed again (v1: route_token's softmax and rounds; Qwen3-30B-A3B
+//   Rejected in session 15 (each one build with a temporary switch, alternating runs of moe_bench
+//   1, H200, us, v10 -> trial):
+//   - Routing in the decode kernels' blocks (branch moe-route-in-blocks). At T = 1 the router wrote
+//     only the logits and exited; every gate_up block waited for it and routed the token itself, as
+//     far as its own pair (block (0, 0) all k pairs and the weights). Down's blocks routed again (v1: route_token's softmax and rounds; Qwen3-30B-A3B
 //   bf16 26.02-26.07 -> 29.34-29.47, FP8 18.71-18.80 -> 22.73, LFM2-8B-A1B bf16 31.98-31.99 ->
 //   34.51-34.56), or with the logits as keys (v2, no exponentials before the rounds: 26.35-26.41 ->
 //   27.92-27.94, FP8 18.88-18.91 -> 21.38-21.48), or read the experts gate_up's blocks published
@@ -128,6 +128,13 @@
 //   (1.5-2.0 us) the router grid's completion, each block's L2 read of the logits and its rounds
 //   took longer than one routing warp setting flags; v2's down blocks spent 2.3 us routing (L2
 //   reads behind gate_up's traffic).
+//   - The clustered router's block 0 marking its logit slots pending (a NaN payload) before the
+//     cluster's first arrival and its routing warps polling them, in place of the cluster barrier
+//     after the products (branch moe-router-dsmem-poll; one build, alternating, moe_bench 1 twice
+//     and 8 once, us, barrier -> poll): Qwen3-30B-A3B bf16 26.04 -> 26.10-26.14, FP8 17.90-17.98
+//     -> 17.86-17.89, LFM2-8B-A1B bf16 31.37-31.46 -> 31.22-31.38, FP8 21.48-21.55 -> 21.28-21.36,
+//     T = 8 within 0.5%: the barrier was not what the routing waits for. (racecheck flagged the
+//     polled slots and the writes of blocks that exit without a barrier.)
 //   Rejected in session 14 (one build, temporary switches, alternating runs, H200, us):
 //   - the first form of the flags: the routing warp wrote ids[j] and then a flag by st.release
 //     each round (the last flag after every id and weight, behind a fence), gate_up polled with
