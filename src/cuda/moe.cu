@@ -124,7 +124,7 @@
 //   in flags (v3, each lane's candidates also sorted once so a round is two reductions and a shift:
 //   26.43-26.46 -> 27.69-27.78, FP8 18.72 -> 20.08-20.17, LFM2-8B-A1B bf16 32.69-32.83 ->
 //   37.41-37.50; Qwen3.5-35B-A3B within +0.1..+1.0). Per-block timestamps: the blocks went at
-//   3.6-7.7 us (median 4.6-5.1) against the flags' 3.6-5.9 (median 4.1-4.35): from the last logit
+//   3.3-7.7 us (median 4.6-5.1) against the flags' 3.6-5.9 (median 4.1-4.6): from the last logit
 //   (1.5-2.0 us) the router grid's completion, each block's L2 read of the logits and its rounds
 //   took longer than one routing warp setting flags; v2's down blocks spent 2.3 us routing (L2
 //   reads behind gate_up's traffic).
