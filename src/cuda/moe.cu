@@ -117,17 +117,18 @@
 //   1, H200, us, v10 -> trial):
 //   - Routing in the decode kernels' blocks (branch moe-route-in-blocks). At T = 1 the router wrote
 //     only the logits and exited; every gate_up block waited for it and routed the token itself, as
-//     far as its own pair (block (0, 0) all k pairs and the weights). Down's blocks routed again (v1: route_token's softmax and rounds; Qwen3-30B-A3B
-//   bf16 26.02-26.07 -> 29.34-29.47, FP8 18.71-18.80 -> 22.73, LFM2-8B-A1B bf16 31.98-31.99 ->
-//   34.51-34.56), or with the logits as keys (v2, no exponentials before the rounds: 26.35-26.41 ->
-//   27.92-27.94, FP8 18.88-18.91 -> 21.38-21.48), or read the experts gate_up's blocks published
-//   in flags (v3, each lane's candidates also sorted once so a round is two reductions and a shift:
-//   26.43-26.46 -> 27.69-27.78, FP8 18.72 -> 20.08-20.17, LFM2-8B-A1B bf16 32.69-32.83 ->
-//   37.41-37.50; Qwen3.5-35B-A3B within +0.1..+1.0). Per-block timestamps: the blocks went at
-//   3.3-7.7 us (median 4.6-5.1) against the flags' 3.6-5.9 (median 4.1-4.6): from the last logit
-//   (1.5-2.0 us) the router grid's completion, each block's L2 read of the logits and its rounds
-//   took longer than one routing warp setting flags; v2's down blocks spent 2.3 us routing (L2
-//   reads behind gate_up's traffic).
+//     far as its own pair (block (0, 0) all k pairs and the weights). Down's blocks routed again (v1:
+//     route_token's softmax and rounds; Qwen3-30B-A3B bf16 26.02-26.07 -> 29.34-29.47, FP8
+//     18.71-18.80 -> 22.73, LFM2-8B-A1B bf16 31.98-31.99 -> 34.51-34.56), or with the logits as keys
+//     (v2, no exponentials before the rounds: 26.35-26.41 -> 27.92-27.94, FP8 18.88-18.91 ->
+//     21.38-21.48), or read the experts gate_up's blocks published in flags (v3, each lane's
+//     candidates also sorted once so a round is two reductions and a shift: 26.43-26.46 ->
+//     27.69-27.78, FP8 18.72 -> 20.08-20.17, LFM2-8B-A1B bf16 32.69-32.83 -> 37.41-37.50;
+//     Qwen3.5-35B-A3B within +0.1..+1.0). Per-block timestamps: the blocks went at 3.3-7.7 us (median
+//     4.6-5.1) against the flags' 3.6-5.9 (median 4.1-4.6): from the last logit (1.5-2.0 us) the
+//     router grid's completion, each block's L2 read of the logits and its rounds took longer than
+//     one routing warp setting flags; v2's down blocks spent 2.3 us routing (L2 reads behind
+//     gate_up's traffic).
 //   - The clustered router's block 0 marking its logit slots pending (a NaN payload) before the
 //     cluster's first arrival and its routing warps polling them, in place of the cluster barrier
 //     after the products (branch moe-router-dsmem-poll; one build, alternating, moe_bench 1 twice
