@@ -723,7 +723,8 @@ void run_rows(const RowsProblem& p, int device) {
   // The decode kernel reads the activation rows once per output column: right for about one
   // row per group (or up to 8 rows of one group); beyond that v2's tiles read them once per 128
   // columns. Without v2, decode keeps up to 8 rows per group (v1 tiles are slower still).
-  // v2 stages the rows: one (its pitch a multiple of 16 bytes) must fit its shared memory.
+  // The decode kernel stages the rows: one (its pitch a multiple of 16 bytes) must fit its shared
+  // memory.
   const int64_t decode_pitch = (p.k * static_cast<int64_t>(a_size) + 15) / 16 * 16;
   const bool decode = decode_layout && p.k > 0 && p.rows <= (mma ? std::max<int64_t>(8, groups) : 8 * groups) &&
                       decode_pitch <= kDecodeStageBytes;
