@@ -884,6 +884,12 @@ struct RouterWaitAtExit {
     if (on) wait_for_previous_kernel();
   }
 };
+// The down kernels' block (0, 0) zeroes the flags for the next layer's router, after its wait for
+// gate_up: every gate_up block has seen its flag by then.
+__device__ __forceinline__ void clear_expert_ready(unsigned* flags, int k) {
+  if (flags && blockIdx.x == 0 && blockIdx.y == 0)
+    for (int i = threadIdx.x; i < k; i += blockDim.x) flags[i * kReadyStride] = 0;
+}
 
 // Six blocks per SM (<= 40 registers): Qwen3-30B-A3B's T = 1 grid (8 pairs x 96 blocks) then
 // runs as one wave; at 4 blocks per SM (61 registers) it took 1.45 waves. FP8 weights: under 40
@@ -1246,10 +1252,7 @@ __global__ void __launch_bounds__(kDownMaxWarps * 32, 2) down_decode_kernel(Deco
     for (int w = 0; w < warps; ++w) sum += partial[w][threadIdx.x];
     static_cast<T*>(a.out)[t * a.o_ts + n0 + threadIdx.x] = from_f<T>(sum);
   }
-  // Every gate_up block has seen its flag (this block waited for gate_up's completion): zero them
-  // for the next layer's router.
-  if (a.expert_ready && blockIdx.x == 0 && blockIdx.y == 0)
-    for (int i = threadIdx.x; i < a.k; i += blockDim.x) a.expert_ready[i * kReadyStride] = 0;
+  clear_expert_ready(a.expert_ready, a.k);
 }
 
 // Down on tensor cores (v6; 16-bit weights since v10), for FP8 or x-typed weights whose rows
@@ -1432,8 +1435,7 @@ __global__ void __launch_bounds__(kDownMmaThreads, 4) down_mma_kernel(DecodeArgs
     for (int w = 0; w < kDownMmaWarps; ++w) sum += partial[w][threadIdx.x];
     static_cast<T*>(a.out)[t * a.o_ts + n0 + threadIdx.x] = from_f<T>(sum);
   }
-  if (a.expert_ready && blockIdx.x == 0 && blockIdx.y == 0)  // as down_decode_kernel
-    for (int i = threadIdx.x; i < a.k; i += blockDim.x) a.expert_ready[i * kReadyStride] = 0;
+  clear_expert_ready(a.expert_ready, a.k);
 }
 
 // ---- host -----------------------------------------------------------------------------------------
