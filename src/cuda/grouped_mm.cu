@@ -7,9 +7,9 @@
 //                 per group on average, or 8 of one group, where mma_tile_kernel applies, else
 //                 8 per group): block y takes the y-th non-empty group and stages up to 4 of its
 //                 rows at a time in shared memory; each of its 8 warps streams one output column's
-//                 weight row once in whole batches of loads of 8 elements (16 bytes, or 8 for FP8,
-//                 decoded through the hardware fp8x2 converter) and dots it with the staged rows
-//                 (v2, below).
+//                 weight row once in whole batches of 8 loads of 8 elements each (16 bytes, or 8
+//                 for FP8, decoded through the hardware fp8x2 converter) and dots it with the
+//                 staged rows (v3, below).
 //   mma_tile_kernel  prefill, bf16/f16 activations unit-stride along K with weights of the same
 //                 type or FP8, also unit-stride along K (the [G, N, K] checkpoint layout seen as
 //                 its [G, K, N] transpose). A BM x 128 output tile per block of 8 warps
@@ -127,16 +127,25 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const int32_t* __res
 // 23.01-23.11 -> 18.43-18.44 / 25.16-25.28 -> 17.93-17.94, T=16 183.4 -> 132.2 / 205.5 -> 136.2;
 // LFM2-8B-A1B T=1 29.95-29.98 -> 25.89-25.92 / 35.04-35.06 -> 24.43-24.48, T=4 83.1 -> 66.2 /
 // 96.5 -> 64.4 (its T=16, 64 rows over 32 experts, takes the tiles).
+// Decode v3 (session 16): batches of 8 chunks per lane for 1- and 2-byte weights, where v2 had 4.
+// An FP8 chunk is one 8-byte load, so v2's lanes had 32 bytes in flight (bf16 64) and grouped_mm
+// with FP8 weights trailed bf16 from T = 4 on. Whole batches stay spill-free (sm_90a); a K shorter
+// than a batch (the down projection, K = 768: 96 chunks) is one predicated batch. Measured in one
+// build (v2 behind a temporary switch), alternating runs of moe_bench twice, grouped_mm alone,
+// H200, us, v2 -> v3: Qwen3-30B-A3B T=1 bf16 22.80 -> 21.86-21.96, FP8 22.02 -> 19.59; T=4 57.6
+// -> 56.5 / 58.8 -> 49.6; T=8 99.0 -> 95.7 / 101.5 -> 85.2; T=16 169.4 -> 163.0 / 175.7 -> 148.6;
+// Qwen3.5-35B-A3B T=16 132.2 -> 128.6 / 136.2 -> 114.1; LFM2-8B-A1B T=1 25.9 -> 23.8 / 24.4 ->
+// 21.6, T=8 104.1 -> 96.3 / 104.9 -> 88.8, T=16 (the tiles) unchanged.
 constexpr int kDecodePassRows = 4;
 constexpr int kDecodeStageBytes = 48 * 1024;
-template <class BT> constexpr int kDecodeLoads = sizeof(BT) == 4 ? 2 : 4;
+// f32 activations keep v2's 4 beside FP8 weights: at 8 the batch loops spill under the 80-register cap.
+template <class AT, class BT> constexpr int kDecodeLoads = sizeof(BT) == 4 ? 2 : (sizeof(AT) == 4 ? 4 : 8);
 
 // One warp: out rows [r0, r0 + nr) (nr <= R) of column n; the rows staged in shared memory at
 // `rows`, rows_rs apart.
-template <int R, class AT, class BT, class OT>
+template <int R, int L, class AT, class BT, class OT>
 __device__ __forceinline__ void decode_column(const RowsProblem& p, const AT* rows, int rows_rs, int nr, int64_t r0, int g, int64_t n,
                                               const BT* w) {
-  constexpr int L = kDecodeLoads<BT>;
   const int lane = threadIdx.x % 32;
   const int chunks = static_cast<int>(p.k / 8), batched = chunks / (L * 32) * (L * 32);
   // Block scales (FP8 weights only) as this column's row of them and a stride: one per 128
@@ -196,6 +205,7 @@ __device__ __forceinline__ void decode_column(const RowsProblem& p, const AT* ro
 template <class AT, class BT, class OT>
 __global__ void __launch_bounds__(256, 3) decode_kernel(RowsProblem p, const int32_t* __restrict__ ends, const int32_t* __restrict__ active,
                                                      const int32_t* __restrict__ num_active, int stage_rows, int stage_rs) {
+  constexpr int L = kDecodeLoads<AT, BT>;
   extern __shared__ __align__(16) unsigned char decode_staged[];
   int g = 0;
   int64_t s = 0, e = p.rows;
@@ -228,9 +238,9 @@ __global__ void __launch_bounds__(256, 3) decode_kernel(RowsProblem p, const int
     }
     __syncthreads();
     if (!has_column) continue;
-    if (nr == 1) decode_column<1, AT, BT, OT>(p, staged, stage_rs, nr, r0, g, n, w);
-    else if (nr == 2) decode_column<2, AT, BT, OT>(p, staged, stage_rs, nr, r0, g, n, w);
-    else decode_column<kDecodePassRows, AT, BT, OT>(p, staged, stage_rs, nr, r0, g, n, w);
+    if (nr == 1) decode_column<1, L, AT, BT, OT>(p, staged, stage_rs, nr, r0, g, n, w);
+    else if (nr == 2) decode_column<2, L, AT, BT, OT>(p, staged, stage_rs, nr, r0, g, n, w);
+    else decode_column<kDecodePassRows, L, AT, BT, OT>(p, staged, stage_rs, nr, r0, g, n, w);
   }
 }
 
