@@ -136,6 +136,16 @@
 //      28.87-28.93, 14336x4096 30.29-30.33 -> 37.53-37.61, 3584x14336 26.41-26.51 -> 30.93-30.99,
 //      8192x8192 33.32-33.37 -> 40.36-40.41, 28672x8192 107.7-108.1 -> 122.1-122.3, 2048x65536
 //      64.07 -> 65.41-65.44, 4096x4096 11.41-11.43 -> 14.47-14.54: slower on every shape.
+//   Not taken (session 16; branch gemv-columns-pool): columns_kernel's blocks on the first
+//      (100 - p)% of K only, the last p% of each tile's rows a pool that its warps draw 4 rows at a
+//      time from a per-tile counter once past their own rows (the next unit requested before the
+//      current one is loaded). One build, a temporary switch, two alternating runs (H200, us, p = 0
+//      -> 12 / 25): 1xKxN 14336x4096 30.29-30.34 -> 38.63-38.97 / 41.07-41.42, 14336x3584
+//      26.93-26.96 -> 35.91-35.98 / 37.56-37.61, 28672x8192 107.5-107.7 -> 122.7-122.9 /
+//      137.4-137.7, 8192x28672 108.0-108.1 -> 115.9-116.1 / 123.4-123.5, 2048x65536 64.1-64.4 ->
+//      72.6-72.9 / 73.9-75.7; the shapes on other kernels unchanged. A pool unit is a dependent
+//      atomic and then 4 rows' loads: the pooled rows stream at a fraction of the static share's
+//      rate (not traced further).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

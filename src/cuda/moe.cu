@@ -136,6 +136,24 @@
 //     -> 17.86-17.89, LFM2-8B-A1B bf16 31.37-31.46 -> 31.22-31.38, FP8 21.48-21.55 -> 21.28-21.36,
 //     T = 8 within 0.5%: the barrier was not what the routing waits for. (racecheck flagged the
 //     polled slots and the writes of blocks that exit without a barrier.)
+//   Rejected in session 16 (branch s16-moe-flags; one build, a temporary switch, alternating runs of
+//   moe_bench 1 twice (8 once), H200, us, v10 -> trial):
+//   - Down without the grid wait at T = 1: each gate_up_mma block publishes a flag (the layer's
+//     epoch, advanced by the routing warp) once its 8 channels of h are written, and each down_mma
+//     lane polls the flags of exactly the h chunks it loads before loading them. The flags polled
+//     one acquire load at a time: Qwen3-30B-A3B bf16 26.14-26.22 -> 34.75-34.84, FP8 18.13-18.16 ->
+//     28.92-29.02, Qwen3.5-35B-A3B bf16 24.15 -> 35.16-35.59, FP8 18.82-18.87 -> 26.66-26.97; a
+//     batch's flags as relaxed loads at once, then one fence (second call, 25.26-25.31 ->
+//     36.29-36.33, FP8 18.17-18.18 -> 30.72-30.88), and even without the fence (34.95-34.98, FP8
+//     30.52-30.71). So not the polls' serial round trips; most likely 64K lanes polling the same
+//     few dozen lines in L2 beside the weight stream (not traced). The expected gain was small
+//     anyway: a down warp's batch needs h from 128 (bf16) or 192 (FP8) gate_up blocks, so it waits
+//     for nearly the last of them, as the grid wait does.
+//   - down_mma staging its second batch of steps in shared memory by cp.async, issued with the
+//     first (all of Qwen3-30B's bf16 down rows in flight before the wait; 32 KB per block):
+//     Qwen3-30B-A3B bf16 26.14-26.22 -> 27.04-27.10, FP8 (one batch, the staging unused, only the
+//     shared memory) 18.13-18.16 -> 19.47-19.54, Qwen3.5-35B-A3B bf16 24.15 -> 25.48-25.51; T = 8
+//     Qwen3-30B-A3B bf16 157.0-157.6 -> 158.3-158.6, FP8 117.1-117.2 -> 116.6-116.9.
 //   Rejected in session 14 (one build, temporary switches, alternating runs, H200, us):
 //   - the first form of the flags: the routing warp wrote ids[j] and then a flag by st.release
 //     each round (the last flag after every id and weight, behind a fence), gate_up polled with
