@@ -136,6 +136,11 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const int32_t* __res
 // -> 56.5 / 58.8 -> 49.6; T=8 99.0 -> 95.7 / 101.5 -> 85.2; T=16 169.4 -> 163.0 / 175.7 -> 148.6;
 // Qwen3.5-35B-A3B T=16 132.2 -> 128.6 / 136.2 -> 114.1; LFM2-8B-A1B T=1 25.9 -> 23.8 / 24.4 ->
 // 21.6, T=8 104.1 -> 96.3 / 104.9 -> 88.8, T=16 (the tiles) unchanged.
+// Not taken (session 16, branch s16-gmm-f32-stage): the rows staged as f32 (converted once per
+// block instead of per warp and chunk). One build, a temporary switch, alternating runs twice (us,
+// v3 -> f32): Qwen3-30B-A3B T=1 bf16 21.99 -> 26.72, FP8 19.69 -> 21.69; T=16 162.8-163.2 -> 224.3,
+// 149.3-149.4 -> 191.7; LFM2-8B-A1B T=8 96.0-96.2 -> 133.0-133.4: twice the shared-memory bytes
+// per chunk cost more than the conversions saved.
 constexpr int kDecodePassRows = 4;
 constexpr int kDecodeStageBytes = 48 * 1024;
 // f32 activations keep v2's 4 beside FP8 weights: at 8 the batch loops spill under the 80-register cap.
