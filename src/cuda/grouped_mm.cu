@@ -7,9 +7,9 @@
 //                 per group on average, or 8 of one group, where mma_tile_kernel applies, else
 //                 8 per group): block y takes the y-th non-empty group and stages up to 4 of its
 //                 rows at a time in shared memory; each of its 8 warps streams one output column's
-//                 weight row once in whole batches of 8 loads of 8 elements each (16 bytes, or 8
-//                 for FP8, decoded through the hardware fp8x2 converter) and dots it with the
-//                 staged rows (v3, below).
+//                 weight row once in whole batches of loads of 8 elements (16 bytes, or 8 for
+//                 FP8, decoded through the hardware fp8x2 converter; 8 such loads per lane and
+//                 batch beside 16-bit activations) and dots it with the staged rows (v3, below).
 //   mma_tile_kernel  prefill, bf16/f16 activations unit-stride along K with weights of the same
 //                 type or FP8, also unit-stride along K (the [G, N, K] checkpoint layout seen as
 //                 its [G, K, N] transpose). A BM x 128 output tile per block of 8 warps

@@ -137,7 +137,7 @@
 //     T = 8 within 0.5%: the barrier was not what the routing waits for. (racecheck flagged the
 //     polled slots and the writes of blocks that exit without a barrier.)
 //   Rejected in session 16 (branch s16-moe-flags; one build, a temporary switch, alternating runs of
-//   moe_bench 1 twice (8 once), H200, us, v10 -> trial):
+//   moe_bench 1 and 8 twice each, H200, us, v10 -> trial):
 //   - Down without the grid wait at T = 1: each gate_up_mma block publishes a flag (the layer's
 //     epoch, advanced by the routing warp) once its 8 channels of h are written, and each down_mma
 //     lane polls the flags of exactly the h chunks it loads before loading them. The flags polled
