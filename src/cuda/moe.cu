@@ -140,7 +140,8 @@
 //   wait, Qwen3-30B-A3B T = 1 bf16, H200): x staged 0.57, own products 1.67, cluster barrier 2.22,
 //   logits in registers 2.38, softmax done 2.87, round 1 3.07, each round +0.143, round 8 4.07,
 //   ids/weights 4.18. The softmax is on every flag's path though, without a selection bias, the
-//   rounds need only the logits' order (the branch's EMBER_MOE_LATE_SOFTMAX trial, not yet run).
+//   rounds need only the logits' order (the branch's EMBER_MOE_LATE_SOFTMAX trial, with leaner
+//   rounds at 2; not yet run).
 //   Rejected in session 16 (branch s16-moe-flags; one build, a temporary switch, alternating runs of
 //   moe_bench 1 and 8 twice each, H200, us, v10 -> trial):
 //   - Down without the grid wait at T = 1: each gate_up_mma block publishes a flag (the layer's
