@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kPrepThreads) prep_kernel(const int32_t* __res
 // per chunk cost more than the conversions saved.
 constexpr int kDecodePassRows = 4;
 constexpr int kDecodeStageBytes = 48 * 1024;
-// f32 activations keep v2's 4 beside FP8 weights: at 8 the batch loops spill under the 80-register cap.
+// f32 activations keep v2's 4 (with FP8 weights: at 8 the batch loops spill under the 80-register cap).
 template <class AT, class BT> constexpr int kDecodeLoads = sizeof(BT) == 4 ? 2 : (sizeof(AT) == 4 ? 4 : 8);
 
 // One warp: out rows [r0, r0 + nr) (nr <= R) of column n; the rows staged in shared memory at
@@ -736,11 +736,11 @@ void run_rows(const RowsProblem& p, int device) {
   const bool decode_layout = p.a_ks == 1 && p.b_ks == 1 && aligned16(p.a) && aligned16(p.b) && (p.a_rs * a_size) % 16 == 0 &&
                              (p.b_ns * b_size) % 16 == 0 && (p.b_gs * b_size) % 16 == 0;
   const bool mma = mma_applies(p, device);
-  // The decode kernel reads the activation rows once per output column: right for about one
-  // row per group (or up to 8 rows of one group); beyond that v2's tiles read them once per 128
-  // columns. Without v2, decode keeps up to 8 rows per group (v1 tiles are slower still).
-  // The decode kernel stages the rows: one (its pitch a multiple of 16 bytes) must fit its shared
-  // memory.
+  // The decode kernel stages the activation rows once per block of 8 output columns and each
+  // column's warp reads them again from shared memory: right for about one row per group (or up
+  // to 8 rows of one group); beyond that the mma tiles read them once per 128 columns. Without
+  // the mma tiles, decode keeps up to 8 rows per group (the wmma tiles are slower still). One
+  // staged row (its pitch a multiple of 16 bytes) must fit the decode kernel's shared memory.
   const int64_t decode_pitch = (p.k * static_cast<int64_t>(a_size) + 15) / 16 * 16;
   const bool decode = decode_layout && p.k > 0 && p.rows <= (mma ? std::max<int64_t>(8, groups) : 8 * groups) &&
                       decode_pitch <= kDecodeStageBytes;
