@@ -30,8 +30,10 @@
 //   pdlgrid, 117 MB, plain / pdl / late: 448 blocks 27.96 / 31.86 / 28.66, 528 27.81 / 27.53 /
 //   28.35, 600 27.89 / 39.37 / 28.29, 792 27.68 / 33.23 / 27.83, 1056 27.56 / 27.24 / 27.21;
 //   58.7 MB: 448 14.81 / 16.54 / 14.69, 600 14.80 / 20.10 / 14.51, 1056 14.79 / 14.43 / 14.52.
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "probe_timing.cuh"
 
@@ -132,6 +134,23 @@ template <int LOADS> float time_reads(const unsigned char* buffer, size_t buffer
       launches);
 }
 
+// "stream_probe dispatch" (session 17): which SM runs each block of a one-wave grid shaped like
+// the MoE layer's T = 1 gate_up (96 x 8 blocks of 128 threads, 6 per SM by shared memory)? The
+// question is whether blocks b, b + SMs, b + 2 SMs, ... share an SM, so that a block order can
+// give each SM the blocks of one (token, expert) pair. Measured (H200, 132 SMs, three runs alike):
+// no; SM 0 ran blocks 8 140 272 412 536 668, SM 2 16 148 288 420 544 676, so the residue-major
+// order left 2.21 pairs per SM (5.76 in grid order), and as a gate_up block order it lost
+// (src/cuda/moe.cu, rejected in session 17).
+__global__ void __launch_bounds__(128) smid_kernel(unsigned* __restrict__ smid) {
+  extern __shared__ unsigned char pad[];
+  if (threadIdx.x == 0) {
+    unsigned id;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+    pad[0] = 1;
+    smid[blockIdx.y * gridDim.x + blockIdx.x] = id + pad[0] - 1;
+  }
+}
+
 int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -142,6 +161,47 @@ int main(int argc, char** argv) {
   CHECK(cudaMemset(buffer, 1, buffer_bytes));
   CHECK(cudaMalloc(&out, 65536 * sizeof(unsigned)));
   std::printf("%s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  if (argc > 1 && std::string(argv[1]) == "dispatch") {
+    const int X = 96, Y = 8, B = X * Y, M = prop.multiProcessorCount;
+    const size_t smem = 36 * 1024;  // 6 blocks per SM by shared memory, as gate_up_mma_kernel's 6
+    std::vector<unsigned> ids(B);
+    for (int run = 0; run < 3; ++run) {
+      smid_kernel<<<dim3(X, Y), 128, smem>>>(out);
+      CHECK(cudaMemcpy(ids.data(), out, B * sizeof(unsigned), cudaMemcpyDeviceToHost));
+      // Per SM: its blocks, whether they are all one residue mod M, and the pairs (b / X, and in
+      // the residue-major order gate_up's trial uses) among them.
+      int same_residue = 0, pairs_plain = 0, pairs_major = 0, sms_used = 0;
+      const int full = B / M, rem = B % M;
+      for (int sm = 0; sm < M; ++sm) {
+        std::vector<int> blocks;
+        for (int b = 0; b < B; ++b)
+          if (static_cast<int>(ids[b]) == sm) blocks.push_back(b);
+        if (blocks.empty()) continue;
+        ++sms_used;
+        bool one = true;
+        std::vector<int> plain, major;
+        for (int b : blocks) {
+          one &= b % M == blocks[0] % M;
+          const int r = b % M, i = b / M, pos = r < rem ? r * (full + 1) + i : rem * (full + 1) + (r - rem) * full + i;
+          plain.push_back(b / X);
+          major.push_back(pos / X);
+        }
+        same_residue += one;
+        for (auto* v : {&plain, &major}) {
+          std::sort(v->begin(), v->end());
+          (v == &plain ? pairs_plain : pairs_major) += static_cast<int>(std::unique(v->begin(), v->end()) - v->begin());
+        }
+        if (run == 0 && sm < 12) {
+          std::printf("sm %3d:", sm);
+          for (int b : blocks) std::printf(" %d", b);
+          std::printf("\n");
+        }
+      }
+      std::printf("run %d: %d SMs used; %d with all blocks one residue mod %d; pairs per SM %.2f (b / %d), %.2f (residue-major)\n", run,
+                  sms_used, same_residue, M, static_cast<double>(pairs_plain) / sms_used, X, static_cast<double>(pairs_major) / sms_used);
+    }
+    return 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "pdlgrid") {
     // Grids that leave slots free (256 threads, 8 blocks per SM fit): does a chain of dependent
     // launches lose when the next grid's blocks can be resident early, wherever slots are free?

@@ -146,6 +146,13 @@
 //      72.6-72.9 / 73.9-75.7; the shapes on other kernels unchanged. A pool unit is a dependent
 //      atomic and then 4 rows' loads: the pooled rows stream at a fraction of the static share's
 //      rate (not traced further).
+//   Not taken (session 17): columns_kernel's blocks taking their ticket first, so only the tile's
+//      last arrival waits (for a count of the others' atomics and fences) and adds its own sums as it
+//      reads the accumulator: one L2 round trip less after the last loop, on paper. One build, a
+//      temporary switch, two alternating runs (H200, us, v14 -> ticket first): 1xKxN 14336x3584
+//      26.51-26.52 -> 26.87-26.93, 14336x4096 30.39-30.40 -> 30.45, 4096x4096 11.41-11.43 ->
+//      11.58-11.63, 7168x2048 10.81-10.83 -> 11.05-11.09, 9216x2304 14.12 -> 14.21-14.22, 4096x2048
+//      8.09-8.11 -> 8.32-8.34; 28672x8192, 8192x28672 and 2048x65536 within 0.2%.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -1,7 +1,8 @@
 // Mixture of experts on CUDA, without a single device-to-host read (the whole layer can be
 // captured in a CUDA graph and replayed with different routing):
 //   route_kernel        one warp per token: softmax/sigmoid scores, top-k by k rounds of warp
-//                       arg-max (ties to the lower expert), renormalisation, routed scaling, and
+//                       arg-max (ties to the lower expert; softmax without a bias ranks by the
+//                       logits, before the softmax), renormalisation, routed scaling, and
 //                       the shared expert's sigmoid gate (x . gate) when there is one.
 //   permute_kernel      one block: stable counting sort of the (token, slot) pairs by expert
 //                       (histogram, scan, then per chunk of 256 pairs: rank inside each warp by
@@ -25,7 +26,8 @@
 //                       in its shared memory; elsewhere the last block to finish, by a ticket.
 // A decode layer is 3 kernels: router_decode, gate_up, down, each a programmatic dependent launch
 // of the kernel before it (sm_90; cuda/dependent_launch.cuh). At T = 1 gate_up's blocks start on
-// a per-pair flag the routing warp sets as it chooses each expert (expert_ready).
+// a per-pair flag the routing warp sets as it chooses each expert (expert_ready), and let down
+// launch before the router has finished (poll_expert_ready).
 // Versions, H200, Qwen3-30B-A3B layer at T=1 bf16 (ncu durations, normal clocks):
 //   v1: router product 6.6 us, route (32 candidates per lane for any E) 20.5 us, gate_up
 //       18.7 us (58% of HBM bandwidth), down 19.2 us (27%, a 64-bit division per load): layer
@@ -112,7 +114,23 @@
 //       21.71-21.77. Per-block %globaltimer stamps (session 11's recipe; Qwen3-30B-A3B T = 1, us
 //       after the router's wait): bf16 logits 1.5-1.8, routing done 4.6, gate_up's blocks go
 //       3.3-6.9 (median 4.1; all at 4.6 before), gate_up's blocks end 14.1-21.5 (90% by 17.7),
-//       down's 25.3-27.4; FP8 go 3.6-8.2, gate_up ends 9.0-13.8, down's 16.9-17.9. (this)
+//       down's 25.3-27.4; FP8 go 3.6-8.2, gate_up ends 9.0-13.8, down's 16.9-17.9.
+//   v11 (session 17): (a) at T = 1 a gate_up_mma block lets down launch as soon as its pair's flag
+//       is seen and waits for the router only as it exits (v10 waited after its first batch of
+//       loads, so early pairs' blocks sat on one batch until the router's grid was done); down
+//       reads each pair's expert from its flag before its own wait, and the router zeroes the flags
+//       after its wait (down's block (0, 0) had, which a down block reading a flag late could
+//       race). (b) Softmax routing without a bias selects by the logits (the exact softmax's order;
+//       moe_route's contract says so), so the rounds and flags no longer wait for the softmax, which
+//       runs after them; up to 4 candidates per lane are sorted once (a round is two reductions and
+//       a shift). One build each, temporary switches, alternating runs of moe_bench 1 (H200, us):
+//       (b) Qwen3-30B-A3B bf16 27.01 -> 26.63, FP8 19.17-19.18 -> 18.91-18.94; Qwen3.5-35B-A3B (E =
+//       256: by logits, scan rounds) bf16 30.36-30.37 -> 30.16-30.37, FP8 22.45-22.55 ->
+//       22.24-22.29; LFM2-8B-A1B (sigmoid and bias: the sorted rounds only) bf16 32.23-32.25 ->
+//       32.39, FP8 22.36 -> 22.43-22.44; T = 8 within 0.4%. (a), with (b), the next call: Qwen3-30B-A3B
+//       bf16 27.42 -> 26.70-26.71, FP8 18.67-18.76 -> 18.01-18.09; Qwen3.5-35B-A3B bf16 29.74-29.77
+//       -> 26.67-26.68, FP8 21.65-21.71 -> 19.51-19.52; LFM2-8B-A1B bf16 32.60-32.64 -> 31.35-31.39,
+//       FP8 22.11-22.21 -> 22.33-22.37 (its top-4 down is down_decode_kernel). (this)
 //   Rejected in session 15 (each one build with a temporary switch, alternating runs of moe_bench
 //   1, H200, us, v10 -> trial):
 //   - Routing in the decode kernels' blocks (branch moe-route-in-blocks). At T = 1 the router wrote
@@ -139,9 +157,20 @@
 //   Session 16 probe (branch s16-router-clock; clock64 of the routing SM, us after the router's
 //   wait, Qwen3-30B-A3B T = 1 bf16, H200): x staged 0.57, own products 1.67, cluster barrier 2.22,
 //   logits in registers 2.38, softmax done 2.87, round 1 3.07, each round +0.143, round 8 4.07,
-//   ids/weights 4.18. The softmax is on every flag's path though, without a selection bias, the
-//   rounds need only the logits' order (the branch's EMBER_MOE_LATE_SOFTMAX trial, with leaner
-//   rounds at 2; not yet run).
+//   ids/weights 4.18. The softmax was on every flag's path though, without a selection bias, the
+//   rounds need only the logits' order: v11 (b).
+//   Rejected in session 17 (one build, a temporary switch, alternating runs of moe_bench 1, H200,
+//   us; the first call's machine ran ~4% slower than session 16's):
+//   - Sorting 8 candidates per lane (E = 256) as v11 sorts 4: Qwen3.5-35B-A3B bf16 30.16-30.37 (scan)
+//     -> 31.03-31.11, FP8 22.24-22.29 -> 22.77-22.79; with (a) 26.67-26.68 -> 27.88-28.07.
+//   - gate_up's T = 1 blocks in SM-major order: block b took item (b mod SMs) * blocks per SM +
+//     b / SMs, so that, were blocks b, b + SMs, ... dispatched to one SM, each SM's blocks would
+//     share a pair and poll one flag without its other blocks' weight loads queued ahead.
+//     bench/stream_probe.cu "dispatch" showed the H200 does not dispatch so (SM 0 ran blocks 8,
+//     140, 272, 412, 536, 668): 2.21 pairs per SM instead of 5.76. Qwen3-30B-A3B bf16 27.14-27.23
+//     -> 27.27-27.34, FP8 19.64-19.68 -> 19.80; Qwen3.5-35B-A3B bf16 29.91-30.05 -> 29.68-29.71, FP8
+//     22.53-22.62 -> 22.64-22.69; LFM2-8B-A1B bf16 32.81-32.85 -> 33.04-33.15, FP8 23.22-23.28 ->
+//     23.90-23.91.
 //   Rejected in session 16 (branch s16-moe-flags; one build, a temporary switch, alternating runs of
 //   moe_bench 1 and 8 twice each, H200, us, v10 -> trial):
 //   - Down without the grid wait at T = 1: each gate_up_mma block publishes a flag (the layer's
@@ -322,7 +351,7 @@ struct RouteArgs {
   float* sg = nullptr;
   // Decode at T = 1: pair j's expert id + 1, stored (relaxed) in expert_ready[j * kReadyStride]
   // as soon as routing round j has chosen it, so gate_up's blocks of pair j start before the
-  // router has finished (see poll_expert_ready). Zero otherwise; the down kernel zeroes it again.
+  // router has finished (see poll_expert_ready); zeroed by the next T = 1 router.
   unsigned* expert_ready = nullptr;
 };
 
@@ -345,15 +374,77 @@ __device__ __forceinline__ uint32_t order_key(float k) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // -inf gives 0x007FFFFF > 1
 }
 
+// k rounds of the warp's top-k over unsigned order keys (0: no candidate; E <= 32 * EPL, k <= E):
+// lane j returns round j's expert, and with `ready` lane 0 stores each round's expert + 1 as soon
+// as the round has chosen it. Ties go to the lower expert. Up to 4 candidates per lane are sorted
+// once (key descending, expert ascending), so a round is two warp reductions and a shift of the
+// winning lane's list; with more a lane scans its untaken candidates every round (sorting 8 cost
+// Qwen3.5-35B-A3B's T = 1 layer ~1 us, session 17).
+template <int EPL> __device__ __forceinline__ int top_k_rounds(const uint32_t (&key)[EPL], int k, int lane, unsigned* ready) {
+  int chosen_id = 0;
+  if constexpr (EPL <= 4) {
+    uint32_t hk[EPL];
+    int he[EPL];
+#pragma unroll
+    for (int i = 0; i < EPL; ++i) {
+      hk[i] = key[i];
+      he[i] = lane + 32 * i;
+    }
+#pragma unroll
+    for (int a = 0; a < EPL - 1; ++a)
+#pragma unroll
+      for (int b = 0; b < EPL - 1 - a; ++b)
+        if (hk[b + 1] > hk[b]) {  // strictly greater: equal keys keep the lower expert first
+          const uint32_t tk = hk[b];
+          const int te = he[b];
+          hk[b] = hk[b + 1], he[b] = he[b + 1];
+          hk[b + 1] = tk, he[b + 1] = te;
+        }
+    for (int j = 0; j < k; ++j) {
+      const uint32_t top = __reduce_max_sync(0xffffffffu, hk[0]);
+      const int winner = static_cast<int>(__reduce_min_sync(0xffffffffu, hk[0] == top ? static_cast<uint32_t>(he[0]) : UINT_MAX));
+      if (ready && lane == 0) store_relaxed_gpu(ready + j * kReadyStride, static_cast<unsigned>(winner) + 1);
+      if (lane == j) chosen_id = winner;
+      if (he[0] == winner) {
+#pragma unroll
+        for (int i = 0; i + 1 < EPL; ++i) hk[i] = hk[i + 1], he[i] = he[i + 1];
+        hk[EPL - 1] = 0;
+      }
+    }
+  } else {
+    uint32_t taken = 0;
+    for (int j = 0; j < k; ++j) {
+      uint32_t best_key = 0;  // 0: no candidate left on this lane
+      int best_e = INT_MAX;
+#pragma unroll
+      for (int i = 0; i < EPL; ++i)
+        if (!((taken >> i) & 1u) && key[i] > best_key) {
+          best_key = key[i];
+          best_e = lane + 32 * i;
+        }
+      const uint32_t top = __reduce_max_sync(0xffffffffu, best_key);
+      const int winner = static_cast<int>(__reduce_min_sync(0xffffffffu, best_key == top ? static_cast<uint32_t>(best_e) : UINT_MAX));
+      if (ready && lane == 0) store_relaxed_gpu(ready + j * kReadyStride, static_cast<unsigned>(winner) + 1);
+      if (lane == j) chosen_id = winner;
+      if (winner % 32 == lane) taken |= 1u << (winner / 32);
+    }
+  }
+  return chosen_id;
+}
+
 // One warp routes token t: scores, top-k, weights, and the shared expert's gate. EPL: experts
 // per lane (E <= 32 * EPL), so E = 128 keeps 4 candidates per lane in registers instead of 32.
 // Logits are read with __ldcg: in the fused decode kernel other blocks have just written them.
 // SHARED_LOGITS: the logits are in this block's shared memory (the clustered decode router), not
 // in global memory.
+// Softmax without a bias selects by the logits (the order of the exact softmax; moe_route's
+// contract), so the rounds, and at T = 1 the flags gate_up's blocks wait for, do not wait for the
+// softmax: it runs after them, with the same arithmetic. Where the softmax is NaN everywhere (a
+// NaN or +inf logit, or every logit -inf) every key ties, as NaN scores do.
 template <int EPL, class L, class X, bool SHARED_LOGITS = false> __device__ void route_token(const RouteArgs& a, int64_t t, int lane) {
   const int E = static_cast<int>(a.experts);
   const L* row = static_cast<const L*>(a.logits) + t * a.l_ts;
-  float score[EPL], key[EPL];
+  float score[EPL];
   float mx = -INFINITY;
 #pragma unroll
   for (int i = 0; i < EPL; ++i) {
@@ -361,7 +452,7 @@ template <int EPL, class L, class X, bool SHARED_LOGITS = false> __device__ void
     score[i] = e < E ? to_f(SHARED_LOGITS ? row[e * a.l_es] : __ldcg(row + e * a.l_es)) : -INFINITY;
     mx = fmaxf(mx, score[i]);
   }
-  if (a.softmax) {
+  const auto softmax = [&] {
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
     float sum = 0.f;
@@ -373,47 +464,42 @@ template <int EPL, class L, class X, bool SHARED_LOGITS = false> __device__ void
     sum = warp_sum(sum);
 #pragma unroll
     for (int i = 0; i < EPL; ++i) score[i] /= sum;
+  };
+  const bool by_logits = a.softmax && !a.bias;
+  uint32_t key[EPL];
+  if (by_logits) {
+    bool nan_or_inf = false, finite_or_inf = false;  // over this lane's experts
+#pragma unroll
+    for (int i = 0; i < EPL; ++i)
+      if (lane + 32 * i < E) {
+        nan_or_inf |= isnan(score[i]) || score[i] == INFINITY;
+        finite_or_inf |= score[i] > -INFINITY;
+      }
+    const bool all_nan = __any_sync(0xffffffffu, nan_or_inf) || !__any_sync(0xffffffffu, finite_or_inf);
+#pragma unroll
+    for (int i = 0; i < EPL; ++i) key[i] = lane + 32 * i < E ? (all_nan ? 1u : order_key(score[i])) : 0u;
   } else {
+    if (a.softmax) softmax();
+    else
 #pragma unroll
-    for (int i = 0; i < EPL; ++i) score[i] = 1.f / (1.f + expf(-score[i]));
-  }
-#pragma unroll
-  for (int i = 0; i < EPL; ++i) {
-    const int e = lane + 32 * i;
-    key[i] = score[i] + (a.bias && e < E ? a.bias[e] : 0.f);
-  }
-  // k rounds: each lane's best remaining candidate (lowest expert first on equal keys), then the
-  // warp's best by two hardware reductions, max of the order key then min of the expert id,
-  // and the winner's score from its lane (v2 compared (key, expert) pairs over 5 shuffle steps
-  // of 4 shuffles each, ~20 warp ops per round instead of 3).
-  uint32_t taken = 0;
-  float chosen_score = 0.f, total = 0.f;
-  int chosen_id = 0;
-  for (int j = 0; j < a.k; ++j) {
-    uint32_t best_key = 0;  // 0: no candidate left on this lane
-    int best_e = INT_MAX;
-    float best_score = 0.f;
+      for (int i = 0; i < EPL; ++i) score[i] = 1.f / (1.f + expf(-score[i]));
 #pragma unroll
     for (int i = 0; i < EPL; ++i) {
       const int e = lane + 32 * i;
-      const uint32_t ok = order_key(key[i]);
-      if (e < E && !((taken >> i) & 1u) && ok > best_key) {
-        best_key = ok;
-        best_e = e;
-        best_score = score[i];
-      }
+      key[i] = e < E ? order_key(score[i] + (a.bias ? a.bias[e] : 0.f)) : 0u;
     }
-    const uint32_t top = __reduce_max_sync(0xffffffffu, best_key);
-    const int winner = static_cast<int>(__reduce_min_sync(0xffffffffu, best_key == top ? static_cast<uint32_t>(best_e) : UINT_MAX));
-    const float s = __shfl_sync(0xffffffffu, best_score, winner % 32);
-    if (winner % 32 == lane) taken |= 1u << (winner / 32);
-    if (lane == j) {
-      chosen_score = s;
-      chosen_id = winner;
-    }
-    total += s;
-    if (a.expert_ready && lane == 0) store_relaxed_gpu(a.expert_ready + (t * a.k + j) * kReadyStride, static_cast<unsigned>(winner) + 1);
   }
+  const int chosen_id = top_k_rounds(key, a.k, lane, a.expert_ready ? a.expert_ready + t * a.k * kReadyStride : nullptr);
+  if (by_logits) softmax();
+  // Lane j < k: round j's score, then their sum in round order.
+  float chosen_score = 0.f;
+#pragma unroll
+  for (int i = 0; i < EPL; ++i) {
+    const float s = __shfl_sync(0xffffffffu, score[i], chosen_id % 32);
+    if (chosen_id / 32 == i) chosen_score = s;
+  }
+  float total = 0.f;
+  for (int j = 0; j < a.k; ++j) total += __shfl_sync(0xffffffffu, chosen_score, j);
   const float norm = a.norm ? 1.f / (total + a.eps) : 1.f;
   if (lane < a.k) {
     a.weights[t * a.k + lane] = chosen_score * norm * a.scaling;
@@ -597,6 +683,13 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteA
         asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(row_weights(r)) + line));
   }
   wait_for_previous_kernel();
+  // T = 1: the layer before's flags go back to zero before this launch lets gate_up's blocks go
+  // (they poll them); that layer's down kernel, the last reader, has finished.
+  if (a.expert_ready && blockIdx.x == 0) {
+    for (int i = threadIdx.x; i < a.k; i += blockDim.x) store_relaxed_gpu(a.expert_ready + i * kReadyStride, 0);
+    __threadfence();
+    __syncthreads();
+  }
   // gate_up's blocks may start (and wait) while this runs: x is final now (gate_up stages it
   // before its own wait at T = 1).
   dependents_may_launch();
@@ -892,11 +985,14 @@ __device__ __forceinline__ void gate_up_channel(const T* x, const WT* g_row, con
 // At T = 1 with expert_ready, gate_up_mma_kernel's blocks start before the router has finished:
 // thread 0 polls its pair's flag (in L2) for the expert id, the one thing gate_up needs from the
 // router (x is the router's input, final before any router block let this launch go; the shared
-// expert's blocks need no flag). The flag carries its datum, so relaxed accesses suffice. Every
-// thread still waits for the router after issuing its first batch of weight loads, before its
-// block lets the down kernel launch (down reads the router's ids and weights before its own
-// wait), and again as it exits (RouterWaitAtExit: gate_up's completion then implies the
-// router's). gate_up_decode_kernel (f32 and odd sizes) waits for the router and reads ids.
+// expert's blocks need no flag). The flag carries its datum, so relaxed accesses suffice. A block
+// lets the down kernel launch once its flag is seen (the launch goes when every block has, so
+// every pair's flag is set: down reads its experts from the flags, pair_expert) and waits for the
+// router only as it exits (RouterWaitAtExit: gate_up's completion then implies the router's, so
+// down's wait covers the weights and the shared gate). Until session 17 every thread waited for
+// the router after its first batch of loads and only then let down launch (down read ids before
+// its wait): early pairs' blocks sat on one batch until the router's grid was done.
+// gate_up_decode_kernel (f32 and odd sizes) waits for the router and reads ids.
 __device__ __forceinline__ int32_t poll_expert_ready(const unsigned* flag) {
   unsigned v;
   while ((v = load_relaxed_gpu(flag)) == 0) __nanosleep(32);
@@ -908,11 +1004,11 @@ struct RouterWaitAtExit {
     if (on) wait_for_previous_kernel();
   }
 };
-// The down kernels' block (0, 0) zeroes the flags for the next layer's router, after its wait for
-// gate_up: every gate_up block has seen its flag by then.
-__device__ __forceinline__ void clear_expert_ready(unsigned* flags, int k) {
-  if (flags && blockIdx.x == 0 && blockIdx.y == 0)
-    for (int i = threadIdx.x; i < k; i += blockDim.x) flags[i * kReadyStride] = 0;
+// The expert of `pair`, which the down kernels read before their wait for gate_up: at T = 1 from
+// its flag (every pair's flag was set before gate_up's blocks let down launch, and only the next
+// layer's router zeroes them, after this kernel), else from ids (final before then).
+__device__ __forceinline__ int64_t pair_expert(const unsigned* expert_ready, const int32_t* ids, int64_t pair) {
+  return expert_ready ? static_cast<int64_t>(load_relaxed_gpu(expert_ready + pair * kReadyStride)) - 1 : __ldcg(ids + pair);
 }
 
 // Six blocks per SM (<= 40 registers): Qwen3-30B-A3B's T = 1 grid (8 pairs x 96 blocks) then
@@ -934,7 +1030,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kGateUpBlocksPerSm<WT>) gate_u
   // the later ones read its rows from L2 (v3.2 read a shared expert's rows once per pair).
   if (!a.order) stage_x();
   wait_for_previous_kernel();
-  // The down kernel's blocks may start now: they read the router's outputs before their own wait.
+  // The down kernel's blocks may start now: they read the experts before their own wait.
   dependents_may_launch();
   if (a.order) {
     if (slot < pairs) slot = a.order[slot];
@@ -1034,7 +1130,7 @@ template <class T> __device__ void stage_x_f16(const T* x, __half* xs, float* sc
 template <class WT, class AB>
 __device__ __forceinline__ void gate_up_mma_steps(const AB* xs, const float* x_scale, const WT* g_row, const WT* u_row, int s_begin,
                                                   int s_end, const float* g_scales, int g_step, const float* u_scales,
-                                                  int u_step, bool wait_after_first_batch, float& gate, float& up) {
+                                                  int u_step, float& gate, float& up) {
   constexpr bool kFp8 = std::is_same_v<WT, E4m3>;
   const int q = threadIdx.x % 4;
   const uint4* gp = reinterpret_cast<const uint4*>(g_row) + q;  // chunk q of step 0; step s 4 chunks on
@@ -1075,10 +1171,6 @@ __device__ __forceinline__ void gate_up_mma_steps(const AB* xs, const float* x_s
     for (int l = 0; l < kMmaSteps; ++l) {
       wg[l] = gp[4 * (s + l)];
       wu[l] = up_p[4 * (s + l)];
-    }
-    if (wait_after_first_batch && s == s_begin) {  // see gate_up_mma_kernel: the router is done by now
-      wait_for_previous_kernel();
-      dependents_may_launch();
     }
 #pragma unroll
     for (int l = 0; l < kMmaSteps; ++l) add_step(wg[l], wu[l], s + l);
@@ -1127,6 +1219,7 @@ __global__ void __launch_bounds__(kMmaThreads, 6) gate_up_mma_kernel(DecodeArgs 
     stage_x();
   }
   __syncthreads();
+  if (early) dependents_may_launch();  // after this pair's flag: see poll_expert_ready
   const int64_t channels = shared_slot ? a.s_inter : a.inter, c0 = static_cast<int64_t>(blockIdx.x) * kMmaChannels;
   if (c0 >= channels) return;  // the whole block: grid x covers the larger of inter and s_inter
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4;
@@ -1143,8 +1236,8 @@ __global__ void __launch_bounds__(kMmaThreads, 6) gate_up_mma_kernel(DecodeArgs 
     const float* u_scales = blocks ? us.ptr + gmm::block_scale_offset(e, i, 0, us.s0, us.s1, us.s2) : nullptr;
     if constexpr (kFp8)  // scale steps: a row's 128-element blocks, fewer than 2^31 apart
       gate_up_mma_steps<WT, __half>(x_f16, x_scale, g_row, u_row, s_begin, s_end, g_scales, static_cast<int>(gs.s2), u_scales,
-                                    static_cast<int>(us.s2), early, gate, up);
-    else gate_up_mma_steps<WT, T>(x_raw, nullptr, g_row, u_row, s_begin, s_end, nullptr, 0, nullptr, 0, early, gate, up);
+                                    static_cast<int>(us.s2), gate, up);
+    else gate_up_mma_steps<WT, T>(x_raw, nullptr, g_row, u_row, s_begin, s_end, nullptr, 0, nullptr, 0, gate, up);
     if (lane % 4 == 0) {
       partial[warp][g][0] = gate * column_scale(gs, e, i);
       partial[warp][g][1] = up * column_scale(us, e, i);
@@ -1153,7 +1246,7 @@ __global__ void __launch_bounds__(kMmaThreads, 6) gate_up_mma_kernel(DecodeArgs 
     const T* g_row = static_cast<const T*>(a.s_gate) + i * a.s_rs;
     const T* u_row = static_cast<const T*>(a.s_up) + i * a.s_rs;
     const auto [s_begin, s_end] = warp_steps(hidden * static_cast<int>(sizeof(T)) / kMmaStepBytes, kMmaWarps, warp);
-    gate_up_mma_steps<T, T>(x_raw, nullptr, g_row, u_row, s_begin, s_end, nullptr, 0, nullptr, 0, early, gate, up);
+    gate_up_mma_steps<T, T>(x_raw, nullptr, g_row, u_row, s_begin, s_end, nullptr, 0, nullptr, 0, gate, up);
     if (lane % 4 == 0) {
       partial[warp][g][0] = gate;
       partial[warp][g][1] = up;
@@ -1175,10 +1268,10 @@ __global__ void __launch_bounds__(kMmaThreads, 6) gate_up_mma_kernel(DecodeArgs 
 // token's pairs w, w + warps, ... (the shared expert is pair k); for each it streams the O down
 // rows (consecutive in memory) and dots them with the pair's row of h. A lane issues all O * L
 // weight loads of a batch, then the batch's L loads of h (shared by the O rows; from L2), before
-// using any. The router's outputs (ids, weights, the shared gate) and the weights are inputs of
-// gate_up too, so a warp issues its first batch of weight loads before waiting for gate_up (which
-// triggers its dependents only after its own wait for the router): the first reads overlap
-// gate_up's tail, and only h waits. The block adds the warps' sums in shared memory.
+// using any. Each pair's expert is known before gate_up's blocks let this launch go (pair_expert),
+// so a warp issues its first batch of weight loads before waiting for gate_up: the first reads
+// overlap gate_up's tail, and only h (and the routing weights, read after the wait) wait. The
+// block adds the warps' sums in shared memory.
 // (v3.3 had one warp per output walk all of its pairs, experts looked up in shared memory: ptxas
 // gave it 32 registers and a few loads in flight per lane, 13 us for 25 MB in bench/moe_probe.cu
 // against 8 us for one warp per row.)
@@ -1246,9 +1339,9 @@ __global__ void __launch_bounds__(kDownMaxWarps * 32, 2) down_decode_kernel(Deco
   for (int j = warp; j < a.k + (a.shared ? 1 : 0); j += warps) {
     const bool first = j == warp;
     if (j < a.k) {
-      // ids and weights were final before gate_up's blocks triggered this launch; L2 loads
-      // (__ldcg) so that no earlier layer's values can come from this SM's L1.
-      const int64_t pair = t * a.k + j, e = __ldcg(a.ids + pair);
+      // The expert before the wait (pair_expert: L2 loads, so no earlier layer's value comes
+      // from this SM's L1), the routing weight after it.
+      const int64_t pair = t * a.k + j, e = pair_expert(a.expert_ready, a.ids, pair);
       const WeightScale& ds = a.down_scale;
       const bool blocks = ds.kind == WeightScale::Block128;
       const float* scales = blocks ? ds.ptr + gmm::block_scale_offset(e, n0, 0, ds.s0, ds.s1, ds.s2) : nullptr;
@@ -1276,7 +1369,6 @@ __global__ void __launch_bounds__(kDownMaxWarps * 32, 2) down_decode_kernel(Deco
     for (int w = 0; w < warps; ++w) sum += partial[w][threadIdx.x];
     static_cast<T*>(a.out)[t * a.o_ts + n0 + threadIdx.x] = from_f<T>(sum);
   }
-  clear_expert_ready(a.expert_ready, a.k);
 }
 
 // Down on tensor cores (v6; 16-bit weights since v10), for FP8 or x-typed weights whose rows
@@ -1422,9 +1514,8 @@ __global__ void __launch_bounds__(kDownMmaThreads, 4) down_mma_kernel(DecodeArgs
     if (grp < routed_groups) {
       const int j = grp * 8 + g;
       const bool valid = j < a.k;
-      // ids and weights were final before gate_up's blocks triggered this launch (see
-      // down_decode_kernel); L2 loads so no earlier layer's values come from this SM's L1.
-      const int64_t pair = t * a.k + (valid ? j : grp * 8), e = __ldcg(a.ids + pair);
+      // The expert before the wait, the routing weight after it (see down_decode_kernel).
+      const int64_t pair = t * a.k + (valid ? j : grp * 8), e = pair_expert(a.expert_ready, a.ids, pair);
       const auto [s_begin, s_end] = warp_steps(static_cast<int>(a.inter * static_cast<int64_t>(sizeof(WT)) / kMmaStepBytes), kDownMmaWarps, warp);
       const WeightScale& ds = a.down_scale;
       const float* scales = std::is_same_v<WT, E4m3> && ds.kind == WeightScale::Block128
@@ -1459,7 +1550,6 @@ __global__ void __launch_bounds__(kDownMmaThreads, 4) down_mma_kernel(DecodeArgs
     for (int w = 0; w < kDownMmaWarps; ++w) sum += partial[w][threadIdx.x];
     static_cast<T*>(a.out)[t * a.o_ts + n0 + threadIdx.x] = from_f<T>(sum);
   }
-  clear_expert_ready(a.expert_ready, a.k);
 }
 
 // ---- host -----------------------------------------------------------------------------------------
