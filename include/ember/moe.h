@@ -57,10 +57,7 @@ struct MoeRouteOptions {
 
 /// logits [T, E] (any float dtype, computed in f32) -> (weights [T, k] f32, expert ids [T, k]
 /// int32). Scores = softmax or sigmoid of the logits; the k largest (score + bias) are chosen in
-/// descending order, ties to the lower expert id. E <= 1024, k <= min(E, 32). Softmax without a
-/// bias ranks the experts by their logits, the order of the exact softmax: f32 probabilities that
-/// round to a tie (or to 0) do not reorder them. Where every score is NaN (a NaN or +inf logit),
-/// all tie.
+/// descending order, ties to the lower expert id. E <= 1024, k <= min(E, 32).
 std::tuple<Tensor, Tensor> moe_route(const Tensor& logits, const MoeRouteOptions& options);
 
 /// The stable permutation of the T*k (token, slot) pairs by expert (transformers' argsort(stable)

@@ -99,19 +99,15 @@ void moe_route(const Tensor& logits, const Tensor& expert_bias, const MoeRouteOp
   for (int64_t i = 0; i < t; ++i) {
     const float* row = lp + i * e;
     std::vector<float> score(static_cast<size_t>(e)), key(static_cast<size_t>(e));
-    bool by_logits = false;
     if (options.scoring == MoeScoring::Softmax) {
       const float mx = *std::max_element(row, row + e);
       float sum = 0.f;
       for (int64_t j = 0; j < e; ++j) sum += score[j] = std::exp(row[j] - mx);
       for (int64_t j = 0; j < e; ++j) score[j] /= sum;
-      // Without a bias the logits order the experts as the exact softmax does (f32 probabilities
-      // can round to ties, or to 0, where the logits differ). A NaN sum makes every score NaN.
-      by_logits = !expert_bias.defined() && !std::isnan(sum);
     } else {
       for (int64_t j = 0; j < e; ++j) score[j] = 1.f / (1.f + std::exp(-row[j]));
     }
-    for (int64_t j = 0; j < e; ++j) key[j] = by_logits ? row[j] : score[j] + bias[j];
+    for (int64_t j = 0; j < e; ++j) key[j] = score[j] + bias[j];
     std::vector<int32_t> idx(static_cast<size_t>(e));
     std::iota(idx.begin(), idx.end(), 0);
     // Descending key, ties to the lower expert id; NaN keys sort last.

@@ -1,8 +1,7 @@
 // Mixture of experts on CUDA, without a single device-to-host read (the whole layer can be
 // captured in a CUDA graph and replayed with different routing):
 //   route_kernel        one warp per token: softmax/sigmoid scores, top-k by k rounds of warp
-//                       arg-max (ties to the lower expert; softmax without a bias ranks by the
-//                       logits, before the softmax), renormalisation, routed scaling, and
+//                       arg-max (ties to the lower expert), renormalisation, routed scaling, and
 //                       the shared expert's sigmoid gate (x . gate) when there is one.
 //   permute_kernel      one block: stable counting sort of the (token, slot) pairs by expert
 //                       (histogram, scan, then per chunk of 256 pairs: rank inside each warp by
@@ -115,22 +114,18 @@
 //       after the router's wait): bf16 logits 1.5-1.8, routing done 4.6, gate_up's blocks go
 //       3.3-6.9 (median 4.1; all at 4.6 before), gate_up's blocks end 14.1-21.5 (90% by 17.7),
 //       down's 25.3-27.4; FP8 go 3.6-8.2, gate_up ends 9.0-13.8, down's 16.9-17.9.
-//   v11 (session 17): (a) at T = 1 a gate_up_mma block lets down launch as soon as its pair's flag
-//       is seen and waits for the router only as it exits (v10 waited after its first batch of
-//       loads, so early pairs' blocks sat on one batch until the router's grid was done); down
-//       reads each pair's expert from its flag before its own wait, and the router zeroes the flags
-//       after its wait (down's block (0, 0) had, which a down block reading a flag late could
-//       race). (b) Softmax routing without a bias selects by the logits (the exact softmax's order;
-//       moe_route's contract says so), so the rounds and flags no longer wait for the softmax, which
-//       runs after them; up to 4 candidates per lane are sorted once (a round is two reductions and
-//       a shift). One build each, temporary switches, alternating runs of moe_bench 1 (H200, us):
-//       (b) Qwen3-30B-A3B bf16 27.01 -> 26.63, FP8 19.17-19.18 -> 18.91-18.94; Qwen3.5-35B-A3B (E =
-//       256: by logits, scan rounds) bf16 30.36-30.37 -> 30.16-30.37, FP8 22.45-22.55 ->
-//       22.24-22.29; LFM2-8B-A1B (sigmoid and bias: the sorted rounds only) bf16 32.23-32.25 ->
-//       32.39, FP8 22.36 -> 22.43-22.44; T = 8 within 0.4%. (a), with (b), the next call: Qwen3-30B-A3B
-//       bf16 27.42 -> 26.70-26.71, FP8 18.67-18.76 -> 18.01-18.09; Qwen3.5-35B-A3B bf16 29.74-29.77
-//       -> 26.67-26.68, FP8 21.65-21.71 -> 19.51-19.52; LFM2-8B-A1B bf16 32.60-32.64 -> 31.35-31.39,
-//       FP8 22.11-22.21 -> 22.33-22.37 (its top-4 down is down_decode_kernel). (this)
+//   v11 (session 17): at T = 1 a gate_up_mma block lets down launch as soon as its pair's flag is
+//       seen and waits for the router only as it exits (v10 waited after its first batch of loads,
+//       so early pairs' blocks sat on one batch until the router's grid was done); down reads each
+//       pair's expert from its flag before its own wait, and the router zeroes the flags after its
+//       wait (down's block (0, 0) had, which a down block reading a flag late could race). One
+//       build, a temporary switch, two alternating runs of moe_bench 1 (H200, us, v10 -> v11; that
+//       build routed by logits, see below): Qwen3-30B-A3B bf16 27.42 -> 26.70-26.71, FP8 18.67-18.76
+//       -> 18.01-18.09; Qwen3.5-35B-A3B bf16 29.74-29.77 -> 26.67-26.68, FP8 21.65-21.71 ->
+//       19.51-19.52; LFM2-8B-A1B bf16 32.60-32.64 -> 31.35-31.39, FP8 22.11-22.21 -> 22.33-22.37
+//       (its top-4 down is down_decode_kernel). With this route_token (the last call, v11 both
+//       sides): Qwen3-30B-A3B 26.30-26.35 / 18.02-18.03, Qwen3.5-35B-A3B 26.37-26.40 / 19.96-19.97,
+//       LFM2-8B-A1B 30.93-30.97 / 22.05-22.07. (this)
 //   Rejected in session 15 (each one build with a temporary switch, alternating runs of moe_bench
 //   1, H200, us, v10 -> trial):
 //   - Routing in the decode kernels' blocks (branch moe-route-in-blocks). At T = 1 the router wrote
@@ -157,12 +152,21 @@
 //   Session 16 probe (branch s16-router-clock; clock64 of the routing SM, us after the router's
 //   wait, Qwen3-30B-A3B T = 1 bf16, H200): x staged 0.57, own products 1.67, cluster barrier 2.22,
 //   logits in registers 2.38, softmax done 2.87, round 1 3.07, each round +0.143, round 8 4.07,
-//   ids/weights 4.18. The softmax was on every flag's path though, without a selection bias, the
-//   rounds need only the logits' order: v11 (b).
-//   Rejected in session 17 (one build, a temporary switch, alternating runs of moe_bench 1, H200,
-//   us; the first call's machine ran ~4% slower than session 16's):
-//   - Sorting 8 candidates per lane (E = 256) as v11 sorts 4: Qwen3.5-35B-A3B bf16 30.16-30.37 (scan)
-//     -> 31.03-31.11, FP8 22.24-22.29 -> 22.77-22.79; with (a) 26.67-26.68 -> 27.88-28.07.
+//   ids/weights 4.18. The softmax is on every flag's path though, without a selection bias, the
+//   rounds need only the logits' order (tried in session 17, below).
+//   Rejected in session 17 (one build each, a temporary switch, alternating runs of moe_bench 1,
+//   H200, us):
+//   - Routing by the logits (softmax without a bias: the exact softmax's order; the softmax after
+//     the rounds, the winners' probabilities gathered by shuffles after them; order keys computed
+//     once; up to 4 candidates per lane sorted once, so a round is two reductions and a shift).
+//     Against this route_token, both in the v11 build (last call): Qwen3-30B-A3B bf16 26.30-26.35
+//     -> 26.47-26.56, FP8 18.02-18.03 -> 18.06-18.11; Qwen3.5-35B-A3B bf16 26.37-26.40 ->
+//     28.07-28.14, FP8 19.96-19.97 -> 20.31-20.37; LFM2-8B-A1B (sigmoid and bias: the sorted rounds
+//     only) bf16 30.93-30.97 -> 31.16, FP8 22.05-22.07 -> 22.44-22.50. Earlier calls had compared
+//     it only with the same code selecting by scores (by logits 0.2-0.4 us faster there), and with
+//     8 candidates sorted per lane (E = 256) Qwen3.5-35B-A3B lost another ~1 us. So the rewrite's
+//     other changes (keys computed once, the gather after the rounds) cost more than selecting
+//     before the softmax saved; which one was not traced.
 //   - gate_up's T = 1 blocks in SM-major order: block b took item (b mod SMs) * blocks per SM +
 //     b / SMs, so that, were blocks b, b + SMs, ... dispatched to one SM, each SM's blocks would
 //     share a pair and poll one flag without its other blocks' weight loads queued ahead.
@@ -374,77 +378,15 @@ __device__ __forceinline__ uint32_t order_key(float k) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // -inf gives 0x007FFFFF > 1
 }
 
-// k rounds of the warp's top-k over unsigned order keys (0: no candidate; E <= 32 * EPL, k <= E):
-// lane j returns round j's expert, and with `ready` lane 0 stores each round's expert + 1 as soon
-// as the round has chosen it. Ties go to the lower expert. Up to 4 candidates per lane are sorted
-// once (key descending, expert ascending), so a round is two warp reductions and a shift of the
-// winning lane's list; with more a lane scans its untaken candidates every round (sorting 8 cost
-// Qwen3.5-35B-A3B's T = 1 layer ~1 us, session 17).
-template <int EPL> __device__ __forceinline__ int top_k_rounds(const uint32_t (&key)[EPL], int k, int lane, unsigned* ready) {
-  int chosen_id = 0;
-  if constexpr (EPL <= 4) {
-    uint32_t hk[EPL];
-    int he[EPL];
-#pragma unroll
-    for (int i = 0; i < EPL; ++i) {
-      hk[i] = key[i];
-      he[i] = lane + 32 * i;
-    }
-#pragma unroll
-    for (int a = 0; a < EPL - 1; ++a)
-#pragma unroll
-      for (int b = 0; b < EPL - 1 - a; ++b)
-        if (hk[b + 1] > hk[b]) {  // strictly greater: equal keys keep the lower expert first
-          const uint32_t tk = hk[b];
-          const int te = he[b];
-          hk[b] = hk[b + 1], he[b] = he[b + 1];
-          hk[b + 1] = tk, he[b + 1] = te;
-        }
-    for (int j = 0; j < k; ++j) {
-      const uint32_t top = __reduce_max_sync(0xffffffffu, hk[0]);
-      const int winner = static_cast<int>(__reduce_min_sync(0xffffffffu, hk[0] == top ? static_cast<uint32_t>(he[0]) : UINT_MAX));
-      if (ready && lane == 0) store_relaxed_gpu(ready + j * kReadyStride, static_cast<unsigned>(winner) + 1);
-      if (lane == j) chosen_id = winner;
-      if (he[0] == winner) {
-#pragma unroll
-        for (int i = 0; i + 1 < EPL; ++i) hk[i] = hk[i + 1], he[i] = he[i + 1];
-        hk[EPL - 1] = 0;
-      }
-    }
-  } else {
-    uint32_t taken = 0;
-    for (int j = 0; j < k; ++j) {
-      uint32_t best_key = 0;  // 0: no candidate left on this lane
-      int best_e = INT_MAX;
-#pragma unroll
-      for (int i = 0; i < EPL; ++i)
-        if (!((taken >> i) & 1u) && key[i] > best_key) {
-          best_key = key[i];
-          best_e = lane + 32 * i;
-        }
-      const uint32_t top = __reduce_max_sync(0xffffffffu, best_key);
-      const int winner = static_cast<int>(__reduce_min_sync(0xffffffffu, best_key == top ? static_cast<uint32_t>(best_e) : UINT_MAX));
-      if (ready && lane == 0) store_relaxed_gpu(ready + j * kReadyStride, static_cast<unsigned>(winner) + 1);
-      if (lane == j) chosen_id = winner;
-      if (winner % 32 == lane) taken |= 1u << (winner / 32);
-    }
-  }
-  return chosen_id;
-}
-
 // One warp routes token t: scores, top-k, weights, and the shared expert's gate. EPL: experts
 // per lane (E <= 32 * EPL), so E = 128 keeps 4 candidates per lane in registers instead of 32.
 // Logits are read with __ldcg: in the fused decode kernel other blocks have just written them.
 // SHARED_LOGITS: the logits are in this block's shared memory (the clustered decode router), not
 // in global memory.
-// Softmax without a bias selects by the logits (the order of the exact softmax; moe_route's
-// contract), so the rounds, and at T = 1 the flags gate_up's blocks wait for, do not wait for the
-// softmax: it runs after them, with the same arithmetic. Where the softmax is NaN everywhere (a
-// NaN or +inf logit, or every logit -inf) every key ties, as NaN scores do.
 template <int EPL, class L, class X, bool SHARED_LOGITS = false> __device__ void route_token(const RouteArgs& a, int64_t t, int lane) {
   const int E = static_cast<int>(a.experts);
   const L* row = static_cast<const L*>(a.logits) + t * a.l_ts;
-  float score[EPL];
+  float score[EPL], key[EPL];
   float mx = -INFINITY;
 #pragma unroll
   for (int i = 0; i < EPL; ++i) {
@@ -452,7 +394,7 @@ template <int EPL, class L, class X, bool SHARED_LOGITS = false> __device__ void
     score[i] = e < E ? to_f(SHARED_LOGITS ? row[e * a.l_es] : __ldcg(row + e * a.l_es)) : -INFINITY;
     mx = fmaxf(mx, score[i]);
   }
-  const auto softmax = [&] {
+  if (a.softmax) {
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
     float sum = 0.f;
@@ -464,42 +406,47 @@ template <int EPL, class L, class X, bool SHARED_LOGITS = false> __device__ void
     sum = warp_sum(sum);
 #pragma unroll
     for (int i = 0; i < EPL; ++i) score[i] /= sum;
-  };
-  const bool by_logits = a.softmax && !a.bias;
-  uint32_t key[EPL];
-  if (by_logits) {
-    bool nan_or_inf = false, finite_or_inf = false;  // over this lane's experts
-#pragma unroll
-    for (int i = 0; i < EPL; ++i)
-      if (lane + 32 * i < E) {
-        nan_or_inf |= isnan(score[i]) || score[i] == INFINITY;
-        finite_or_inf |= score[i] > -INFINITY;
-      }
-    const bool all_nan = __any_sync(0xffffffffu, nan_or_inf) || !__any_sync(0xffffffffu, finite_or_inf);
-#pragma unroll
-    for (int i = 0; i < EPL; ++i) key[i] = lane + 32 * i < E ? (all_nan ? 1u : order_key(score[i])) : 0u;
   } else {
-    if (a.softmax) softmax();
-    else
 #pragma unroll
-      for (int i = 0; i < EPL; ++i) score[i] = 1.f / (1.f + expf(-score[i]));
+    for (int i = 0; i < EPL; ++i) score[i] = 1.f / (1.f + expf(-score[i]));
+  }
+#pragma unroll
+  for (int i = 0; i < EPL; ++i) {
+    const int e = lane + 32 * i;
+    key[i] = score[i] + (a.bias && e < E ? a.bias[e] : 0.f);
+  }
+  // k rounds: each lane's best remaining candidate (lowest expert first on equal keys), then the
+  // warp's best by two hardware reductions, max of the order key then min of the expert id,
+  // and the winner's score from its lane (v2 compared (key, expert) pairs over 5 shuffle steps
+  // of 4 shuffles each, ~20 warp ops per round instead of 3).
+  uint32_t taken = 0;
+  float chosen_score = 0.f, total = 0.f;
+  int chosen_id = 0;
+  for (int j = 0; j < a.k; ++j) {
+    uint32_t best_key = 0;  // 0: no candidate left on this lane
+    int best_e = INT_MAX;
+    float best_score = 0.f;
 #pragma unroll
     for (int i = 0; i < EPL; ++i) {
       const int e = lane + 32 * i;
-      key[i] = e < E ? order_key(score[i] + (a.bias ? a.bias[e] : 0.f)) : 0u;
+      const uint32_t ok = order_key(key[i]);
+      if (e < E && !((taken >> i) & 1u) && ok > best_key) {
+        best_key = ok;
+        best_e = e;
+        best_score = score[i];
+      }
     }
+    const uint32_t top = __reduce_max_sync(0xffffffffu, best_key);
+    const int winner = static_cast<int>(__reduce_min_sync(0xffffffffu, best_key == top ? static_cast<uint32_t>(best_e) : UINT_MAX));
+    const float s = __shfl_sync(0xffffffffu, best_score, winner % 32);
+    if (winner % 32 == lane) taken |= 1u << (winner / 32);
+    if (lane == j) {
+      chosen_score = s;
+      chosen_id = winner;
+    }
+    total += s;
+    if (a.expert_ready && lane == 0) store_relaxed_gpu(a.expert_ready + (t * a.k + j) * kReadyStride, static_cast<unsigned>(winner) + 1);
   }
-  const int chosen_id = top_k_rounds(key, a.k, lane, a.expert_ready ? a.expert_ready + t * a.k * kReadyStride : nullptr);
-  if (by_logits) softmax();
-  // Lane j < k: round j's score, then their sum in round order.
-  float chosen_score = 0.f;
-#pragma unroll
-  for (int i = 0; i < EPL; ++i) {
-    const float s = __shfl_sync(0xffffffffu, score[i], chosen_id % 32);
-    if (chosen_id / 32 == i) chosen_score = s;
-  }
-  float total = 0.f;
-  for (int j = 0; j < a.k; ++j) total += __shfl_sync(0xffffffffu, chosen_score, j);
   const float norm = a.norm ? 1.f / (total + a.eps) : 1.f;
   if (lane < a.k) {
     a.weights[t * a.k + lane] = chosen_score * norm * a.scaling;
