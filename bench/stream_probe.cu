@@ -187,10 +187,12 @@ int main(int argc, char** argv) {
           major.push_back(pos / X);
         }
         same_residue += one;
-        for (auto* v : {&plain, &major}) {
-          std::sort(v->begin(), v->end());
-          (v == &plain ? pairs_plain : pairs_major) += static_cast<int>(std::unique(v->begin(), v->end()) - v->begin());
-        }
+        const auto distinct = [](std::vector<int> v) {
+          std::sort(v.begin(), v.end());
+          return static_cast<int>(std::unique(v.begin(), v.end()) - v.begin());
+        };
+        pairs_plain += distinct(plain);
+        pairs_major += distinct(major);
         if (run == 0 && sm < 12) {
           std::printf("sm %3d:", sm);
           for (int b : blocks) std::printf(" %d", b);

@@ -148,9 +148,10 @@ template <class AT, class BT> constexpr int kDecodeLoads = sizeof(BT) == 4 ? 2 :
 
 // One warp: out rows [r0, r0 + nr) (nr <= R) of column n; the rows staged in shared memory at
 // `rows`, rows_rs apart.
-template <int R, int L, class AT, class BT, class OT>
+template <int R, class AT, class BT, class OT>
 __device__ __forceinline__ void decode_column(const RowsProblem& p, const AT* rows, int rows_rs, int nr, int64_t r0, int g, int64_t n,
                                               const BT* w) {
+  constexpr int L = kDecodeLoads<AT, BT>;
   const int lane = threadIdx.x % 32;
   const int chunks = static_cast<int>(p.k / 8), batched = chunks / (L * 32) * (L * 32);
   // Block scales (FP8 weights only) as this column's row of them and a stride: one per 128
@@ -210,7 +211,6 @@ __device__ __forceinline__ void decode_column(const RowsProblem& p, const AT* ro
 template <class AT, class BT, class OT>
 __global__ void __launch_bounds__(256, 3) decode_kernel(RowsProblem p, const int32_t* __restrict__ ends, const int32_t* __restrict__ active,
                                                      const int32_t* __restrict__ num_active, int stage_rows, int stage_rs) {
-  constexpr int L = kDecodeLoads<AT, BT>;
   extern __shared__ __align__(16) unsigned char decode_staged[];
   int g = 0;
   int64_t s = 0, e = p.rows;
@@ -243,9 +243,9 @@ __global__ void __launch_bounds__(256, 3) decode_kernel(RowsProblem p, const int
     }
     __syncthreads();
     if (!has_column) continue;
-    if (nr == 1) decode_column<1, L, AT, BT, OT>(p, staged, stage_rs, nr, r0, g, n, w);
-    else if (nr == 2) decode_column<2, L, AT, BT, OT>(p, staged, stage_rs, nr, r0, g, n, w);
-    else decode_column<kDecodePassRows, L, AT, BT, OT>(p, staged, stage_rs, nr, r0, g, n, w);
+    if (nr == 1) decode_column<1, AT, BT, OT>(p, staged, stage_rs, nr, r0, g, n, w);
+    else if (nr == 2) decode_column<2, AT, BT, OT>(p, staged, stage_rs, nr, r0, g, n, w);
+    else decode_column<kDecodePassRows, AT, BT, OT>(p, staged, stage_rs, nr, r0, g, n, w);
   }
 }
 
