@@ -126,6 +126,7 @@ struct LayerConfig {
   bool rowwise = false;       // FP8 with one scale per expert row ([E, N]) instead of 128x128 blocks
   int64_t shared_inter = 48;  // the shared expert's intermediate size
   bool tied = false;          // a zero router: every logit ties, so every token takes experts 0 .. k-1
+  int fp8_codes = 0;          // FP8 experts of random codes up to this magnitude and one scale for all rows (fp8_codes below)
 };
 LayerConfig config(int64_t t, int64_t h, int64_t e, int64_t inter, int64_t k, DType dt = kBFloat16) { return {t, h, e, inter, k, dt}; }
 LayerConfig lfm2(int64_t t) { return {t, 192, 8, 112, 2, kBFloat16, MoeScoring::Sigmoid, true}; }
@@ -137,6 +138,22 @@ LayerConfig forced_decode(LayerConfig c) { c.force_decode = true; return c; }
 LayerConfig rowwise_fp8(LayerConfig c) { c.fp8 = c.rowwise = true; return c; }
 LayerConfig without_fast_paths(LayerConfig c) { c.no_fast_paths = true; return c; }
 LayerConfig tied(LayerConfig c) { c.tied = true; return c; }
+LayerConfig with_fp8_codes(LayerConfig c, int max_code) { c.fp8 = c.rowwise = true; c.fp8_codes = max_code; return c; }
+
+// FP8 codes of `shape` drawn at random from the finite e4m3 codes of magnitude up to max_code
+// (0x7E: all of them; never the NaN codes 0x7F, 0xFF), so the kernels' FP8 decoding sees every
+// code it may meet, not only those quantize_fp8 makes of normal values (subnormals there are
+// ~1e-4 of the codes, too few and too small for a flush to show). With max_code 0x0F the codes are
+// e4m3's subnormals and its smallest normals: a decoder that flushed subnormals would lose half
+// of every product.
+Tensor fp8_codes(Device d, std::vector<int64_t> shape, int max_code, uint64_t seed) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  std::mt19937 rng(static_cast<unsigned>(seed));
+  std::vector<uint8_t> codes(static_cast<size_t>(n));
+  for (auto& c : codes) c = static_cast<uint8_t>(rng() % static_cast<unsigned>(max_code + 1) | (rng() % 2 ? 0x80u : 0u));
+  return tensor(codes, std::move(shape)).view(kFloat8_e4m3fn).to(d);
+}
 
 // Sets an environment variable for its lifetime and restores the previous value.
 class ScopedEnv {
@@ -185,7 +202,13 @@ std::vector<Tensor> layer_case(Device d, const LayerConfig& c, uint64_t seed) {
   const Tensor gate_up = randn_on(d, {c.e, 2 * c.inter, c.h}, kFloat32, seed + 3) * Scalar(0.05);
   // The padding columns hold values too: nothing may read them.
   const Tensor down_padded = randn_on(d, {c.e, c.h, c.inter + c.down_pad}, kFloat32, seed + 4) * Scalar(0.05);
-  if (c.fp8) {
+  if (c.fp8_codes) {  // weights of rms ~0.05 as in the other cases: the codes' rms is ~107 (all) or ~0.016 (the smallest)
+    const Scalar scale(c.fp8_codes >= 0x78 ? 1.0 / 2000 : 3.0);
+    ex.gate_up = fp8_codes(d, {c.e, 2 * c.inter, c.h}, c.fp8_codes, seed + 8);
+    ex.gate_up_scale = full({c.e, 2 * c.inter}, scale, kFloat32, d);
+    ex.down = fp8_codes(d, {c.e, c.h, c.inter + c.down_pad}, c.fp8_codes, seed + 9);
+    ex.down_scale = full({c.e, c.h}, scale, kFloat32, d);
+  } else if (c.fp8) {
     if (c.rowwise) {
       std::tie(ex.gate_up, ex.gate_up_scale) = fp8_rows(d, gate_up);
     } else if (c.split) {
@@ -427,6 +450,13 @@ EMBER_PARITY_CASE(moe_layer_t1_e256_top8_shared_fp8, { return layer_case(d, with
 // at T = 2 (top-4: the FFMA down) with I = 96.
 EMBER_PARITY_CASE(moe_layer_t1_fp8_rowwise_shared, { return layer_case(d, with_shared(rowwise_fp8(config(1, 256, 16, 128, 8)), 64), 89); });
 EMBER_PARITY_CASE(moe_layer_t2_fp8_rowwise_i96, { return layer_case(d, rowwise_fp8(config(2, 512, 16, 96, 4)), 92); });
+// Every finite e4m3 code, and only the subnormals and smallest normals, through the mma gate_up and
+// down (top-8) at T = 1 and T = 4, and the FFMA down (top-4) at T = 2.
+EMBER_PARITY_CASE(moe_layer_t1_fp8_every_code, { return layer_case(d, with_fp8_codes(config(1, 256, 16, 128, 8), 0x7E), 111); });
+EMBER_PARITY_CASE(moe_layer_t4_fp8_every_code, { return layer_case(d, with_fp8_codes(config(4, 256, 16, 128, 8), 0x7E), 112); });
+EMBER_PARITY_CASE(moe_layer_t2_fp8_every_code_top4, { return layer_case(d, with_fp8_codes(config(2, 256, 16, 128, 4), 0x7E), 113); });
+EMBER_PARITY_CASE(moe_layer_t1_fp8_subnormal_codes, { return layer_case(d, with_fp8_codes(config(1, 256, 16, 128, 8), 0x0F), 114); });
+EMBER_PARITY_CASE(moe_layer_t4_fp8_subnormal_codes, { return layer_case(d, with_fp8_codes(config(4, 256, 16, 128, 8), 0x0F), 115); });
 
 // The decode router (moe.cu v8). On sm_90 one cluster of 8 blocks x 16 warps where every warp
 // has at most one row (the expert rows plus the shared gate's) and T x E <= 8192 (every T = 1
