@@ -175,6 +175,27 @@
 //     -> 27.27-27.34, FP8 19.64-19.68 -> 19.80; Qwen3.5-35B-A3B bf16 29.91-30.05 -> 29.68-29.71, FP8
 //     22.53-22.62 -> 22.64-22.69; LFM2-8B-A1B bf16 32.81-32.85 -> 33.04-33.15, FP8 23.22-23.28 ->
 //     23.90-23.91.
+//   Rejected in session 18 (branch s18-trials; one build each, a temporary switch, two alternating
+//   runs of moe_bench, H200, us, this -> trial; only the FP8 rows change in the first):
+//   - FP8 weights decoded by integer operations in gate_up_mma and down_mma: each code's sign and 7
+//     exponent-mantissa bits moved into f16's or bf16's fields without rebiasing, then one 16-bit
+//     multiply by 2^8 or 2^120 (exact, subnormals included), codes (0, 2) and (1, 3) of each word
+//     paired so x and h were reordered to match; in place of F2FP, which sm_90 issues at a fraction
+//     of the integer rate (bf16 h also took two more conversions per pair). No conversions are left
+//     in the SASS, and no gain: T=1 Qwen3-30B-A3B 17.88-17.89 -> 18.10-18.15, Qwen3.5-35B-A3B
+//     17.71-17.77 -> 17.79-17.92, LFM2-8B-A1B 21.75-21.84 -> 23.14-23.18; T=8 103.4-103.7 ->
+//     103.2-103.3, 95.2-95.3 -> 94.2-94.4, 109.1-109.2 -> 111.4-111.5. So the conversions do not
+//     limit these kernels. (FP8 mma.sync would need none, but sm_90 has none: ptxas emits F2FP and
+//     HMMA for it.)
+//   - gate_up_mma's T > 1 blocks issuing their first batch of weight loads before staging x (x then
+//     staged and synchronised between that batch's loads and their use): more spills (FP8 76 B
+//     stores, 164 loads; bf16 64 / 112) and slower: T=8 FP8 103.4 -> 104.2-104.4, 95.0-95.4 ->
+//     95.5-95.7, LFM2-8B-A1B 109.0-109.2 -> 111.7-111.8, bf16 within 0.3%; T=16 FP8 185.7-186.1 ->
+//     190.5-190.7, Qwen3.5-35B-A3B 172.6-172.9 -> 174.9-175.0; even T=1, whose path did not change
+//     (another instantiation): Qwen3-30B-A3B bf16 26.45-26.48 -> 26.76-26.78, FP8 17.86-17.87 ->
+//     18.27-18.28, LFM2-8B-A1B bf16 31.43-31.50 -> 33.15-33.25.
+//   - Not run: launch bounds of 5 blocks per SM for gate_up_mma at T > 1 (against the FP8 kernel's
+//     spills): at 96 registers ptxas still spills inside the loop (48 B stores, 60 loads).
 //   Rejected in session 16 (branch s16-moe-flags; one build, a temporary switch, alternating runs of
 //   moe_bench 1 and 8 twice each, H200, us, v10 -> trial):
 //   - Down without the grid wait at T = 1: each gate_up_mma block publishes a flag (the layer's
