@@ -144,14 +144,17 @@ LayerConfig with_fp8_codes(LayerConfig c, int max_code) { c.fp8 = c.rowwise = tr
 // (0x7E: all of them; never the NaN codes 0x7F, 0xFF), so the kernels' FP8 decoding sees every
 // code it may meet, not only those quantize_fp8 makes of normal values (subnormals there are
 // ~1e-4 of the codes, too few and too small for a flush to show). With max_code 0x0F the codes are
-// e4m3's subnormals and its smallest normals: a decoder that flushed subnormals would lose half
-// of every product.
+// e4m3's subnormals and its smallest normals: a decoder that flushed subnormals would zero half
+// of the weights (about a quarter of their magnitude).
 Tensor fp8_codes(Device d, std::vector<int64_t> shape, int max_code, uint64_t seed) {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
   std::mt19937 rng(static_cast<unsigned>(seed));
   std::vector<uint8_t> codes(static_cast<size_t>(n));
-  for (auto& c : codes) c = static_cast<uint8_t>(rng() % static_cast<unsigned>(max_code + 1) | (rng() % 2 ? 0x80u : 0u));
+  for (auto& c : codes) {
+    const unsigned magnitude = rng() % static_cast<unsigned>(max_code + 1), sign = rng() % 2 ? 0x80u : 0u;  // in this order
+    c = static_cast<uint8_t>(magnitude | sign);
+  }
   return tensor(codes, std::move(shape)).view(kFloat8_e4m3fn).to(d);
 }
 
@@ -202,7 +205,7 @@ std::vector<Tensor> layer_case(Device d, const LayerConfig& c, uint64_t seed) {
   const Tensor gate_up = randn_on(d, {c.e, 2 * c.inter, c.h}, kFloat32, seed + 3) * Scalar(0.05);
   // The padding columns hold values too: nothing may read them.
   const Tensor down_padded = randn_on(d, {c.e, c.h, c.inter + c.down_pad}, kFloat32, seed + 4) * Scalar(0.05);
-  if (c.fp8_codes) {  // weights of rms ~0.05 as in the other cases: the codes' rms is ~107 (all) or ~0.016 (the smallest)
+  if (c.fp8_codes) {  // weights of rms ~0.05 as in the other cases: the codes' rms is ~100 (all) or ~0.017 (the smallest)
     const Scalar scale(c.fp8_codes >= 0x78 ? 1.0 / 2000 : 3.0);
     ex.gate_up = fp8_codes(d, {c.e, 2 * c.inter, c.h}, c.fp8_codes, seed + 8);
     ex.gate_up_scale = full({c.e, 2 * c.inter}, scale, kFloat32, d);
