@@ -138,7 +138,7 @@ LayerConfig forced_decode(LayerConfig c) { c.force_decode = true; return c; }
 LayerConfig rowwise_fp8(LayerConfig c) { c.fp8 = c.rowwise = true; return c; }
 LayerConfig without_fast_paths(LayerConfig c) { c.no_fast_paths = true; return c; }
 LayerConfig tied(LayerConfig c) { c.tied = true; return c; }
-LayerConfig with_fp8_codes(LayerConfig c, int max_code) { c.fp8 = c.rowwise = true; c.fp8_codes = max_code; return c; }
+LayerConfig with_fp8_codes(LayerConfig c, int max_code) { c.fp8_codes = max_code; return c; }
 
 // FP8 codes of `shape` drawn at random from the finite e4m3 codes of magnitude up to max_code
 // (0x7E: all of them; never the NaN codes 0x7F, 0xFF), so the kernels' FP8 decoding sees every
@@ -146,16 +146,10 @@ LayerConfig with_fp8_codes(LayerConfig c, int max_code) { c.fp8 = c.rowwise = tr
 // ~1e-4 of the codes, too few and too small for a flush to show). With max_code 0x0F the codes are
 // e4m3's subnormals and its smallest normals: a decoder that flushed subnormals would zero half
 // of the weights (about a quarter of their magnitude).
-Tensor fp8_codes(Device d, std::vector<int64_t> shape, int max_code, uint64_t seed) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  std::mt19937 rng(static_cast<unsigned>(seed));
-  std::vector<uint8_t> codes(static_cast<size_t>(n));
-  for (auto& c : codes) {
-    const unsigned magnitude = rng() % static_cast<unsigned>(max_code + 1), sign = rng() % 2 ? 0x80u : 0u;  // in this order
-    c = static_cast<uint8_t>(magnitude | sign);
-  }
-  return tensor(codes, std::move(shape)).view(kFloat8_e4m3fn).to(d);
+Tensor fp8_codes(Device d, const std::vector<int64_t>& shape, int max_code, uint64_t seed) {
+  const Tensor magnitude = randint_on(d, 0, max_code + 1, shape, kInt32, seed);
+  const Tensor sign = randint_on(d, 0, 2, shape, kInt32, seed + 1) * Scalar(0x80);
+  return (magnitude + sign).to(kUInt8).view(kFloat8_e4m3fn);
 }
 
 // Sets an environment variable for its lifetime and restores the previous value.
