@@ -66,11 +66,22 @@ struct DependentLaunch {
   DependentLaunch(const DependentLaunch&) = delete;  // config points at attributes
   DependentLaunch& operator=(const DependentLaunch&) = delete;
 
+  /// Before the launch, the kernel's shared memory carveout as small as its resident blocks allow
+  /// (prefer_l1_carveout): the rest is L1, which holds the loads in flight.
+  DependentLaunch& prefer_l1() {
+    prefer_l1_ = true;
+    return *this;
+  }
+
   template <class... Params, class... Args> void operator()(void (*kernel)(Params...), const Args&... args) const {
+    if (prefer_l1_)
+      prefer_l1_carveout(reinterpret_cast<const void*>(kernel), static_cast<int>(config.blockDim.x * config.blockDim.y * config.blockDim.z),
+                         config.dynamicSmemBytes);
     EMBER_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
   }
 
  private:
+  bool prefer_l1_ = false;
   DependentLaunch& cluster_dims(unsigned x, unsigned y) {
     cudaLaunchAttribute& a = attributes[config.numAttrs++];
     a.id = cudaLaunchAttributeClusterDimension;

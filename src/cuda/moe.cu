@@ -415,7 +415,11 @@ template <int EPL, class L, class X, bool SHARED_LOGITS = false> __device__ void
     score[i] = e < E ? to_f(SHARED_LOGITS ? row[e * a.l_es] : __ldcg(row + e * a.l_es)) : -INFINITY;
     mx = fmaxf(mx, score[i]);
   }
-  if (a.softmax) {
+  // At T = 1 (expert_ready) softmax scoring without a bias selects by the logits, whose order the
+  // softmax keeps, so each pair's flag goes out without waiting for the softmax; the winners'
+  // probabilities follow the rounds (v12).
+  const bool by_logits = a.softmax && !a.bias && a.expert_ready;
+  if (a.softmax && !by_logits) {
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
     float sum = 0.f;
@@ -427,7 +431,7 @@ template <int EPL, class L, class X, bool SHARED_LOGITS = false> __device__ void
     sum = warp_sum(sum);
 #pragma unroll
     for (int i = 0; i < EPL; ++i) score[i] /= sum;
-  } else {
+  } else if (!a.softmax) {
 #pragma unroll
     for (int i = 0; i < EPL; ++i) score[i] = 1.f / (1.f + expf(-score[i]));
   }
@@ -465,8 +469,18 @@ template <int EPL, class L, class X, bool SHARED_LOGITS = false> __device__ void
       chosen_score = s;
       chosen_id = winner;
     }
+    if (by_logits && j == 0) mx = s;  // the largest logit (NaN ones sort last): the softmax's maximum
     total += s;
     if (a.expert_ready && lane == 0) store_relaxed_gpu(a.expert_ready + (t * a.k + j) * kReadyStride, static_cast<unsigned>(winner) + 1);
+  }
+  if (by_logits) {  // the winners' probabilities, as the softmax before the rounds gives them
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < EPL; ++i) sum += lane + 32 * i < E ? expf(score[i] - mx) : 0.f;
+    sum = warp_sum(sum);
+    chosen_score = expf(chosen_score - mx) / sum;
+    total = 0.f;
+    for (int j = 0; j < a.k; ++j) total += __shfl_sync(0xffffffffu, chosen_score, j);
   }
   const float norm = a.norm ? 1.f / (total + a.eps) : 1.f;
   if (lane < a.k) {
@@ -1737,6 +1751,7 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
                                    : static_cast<unsigned*>(zeroed_stream_scratch(device, stream, ScratchPurpose::MoeRouter, sizeof(unsigned)));
           const int64_t blocks = clustered ? kRouterCluster : (rows + kRouterWarps - 1) / kRouterWarps;
           DependentLaunch launch(static_cast<unsigned>(blocks), kRouterWarps * 32, 0, stream, pdl);
+          launch.prefer_l1();
           if (clustered) launch.cluster_x(kRouterCluster);
           launch(kernel, ra, static_cast<const X*>(router_weight.raw_data()), router_weight.stride(0), logits.data_ptr<float>(), ticket,
                  t > 1 ? pair_order.data_ptr<int32_t>() : nullptr, clustered);
@@ -1784,19 +1799,19 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
           if constexpr (kGateUpOnTensorCores<T, WT>) {
             mma = hidden * static_cast<int64_t>(sizeof(WT)) % kMmaStepBytes == 0 && mma_smem <= 48 * 1024;
             const dim3 mma_grid(static_cast<unsigned>((std::max(inter, s_inter) + kMmaChannels - 1) / kMmaChannels), static_cast<unsigned>(slots));
-            if (mma) DependentLaunch(mma_grid, kMmaThreads, mma_smem, stream, pdl)(gate_up_mma_kernel<T, WT>, a);
+            if (mma) DependentLaunch(mma_grid, kMmaThreads, mma_smem, stream, pdl).prefer_l1()(gate_up_mma_kernel<T, WT>, a);
           }
-          if (!mma) DependentLaunch(gu_grid, kDecodeThreads, x_row_bytes, stream, pdl)(gate_up_decode_kernel<T, WT>, a);
+          if (!mma) DependentLaunch(gu_grid, kDecodeThreads, x_row_bytes, stream, pdl).prefer_l1()(gate_up_decode_kernel<T, WT>, a);
           bool down_mma = false;
           if constexpr (kDownOnTensorCores<T, WT>) {
             down_mma = k >= kDownMmaMinTopK && inter * static_cast<int64_t>(sizeof(WT)) % kMmaStepBytes == 0 &&
                        (!shared || s_inter * static_cast<int64_t>(sizeof(T)) % kMmaStepBytes == 0);
             const dim3 grid(static_cast<unsigned>((hidden + kDownMmaOutputs - 1) / kDownMmaOutputs), static_cast<unsigned>(t));
-            if (down_mma) DependentLaunch(grid, kDownMmaThreads, 0, stream, pdl)(down_mma_kernel<T, WT>, a);
+            if (down_mma) DependentLaunch(grid, kDownMmaThreads, 0, stream, pdl).prefer_l1()(down_mma_kernel<T, WT>, a);
           }
           if (!down_mma) {
             const dim3 grid(static_cast<unsigned>((hidden + kDownOutputs - 1) / kDownOutputs), static_cast<unsigned>(t));
-            DependentLaunch(grid, down_threads, 0, stream, pdl)(down_decode_kernel<T, WT>, a);
+            DependentLaunch(grid, down_threads, 0, stream, pdl).prefer_l1()(down_decode_kernel<T, WT>, a);
           }
         };
         if (fp8) launch_layer(static_cast<E4m3*>(nullptr));

@@ -63,4 +63,10 @@ DeviceError* device_error_word(int device);
 /// Throws if a kernel recorded an error on `device` (reads the word; call after a sync).
 void check_device_error(int device);
 
+/// Sets `kernel`'s preferred shared memory carveout on the current device to the least that holds
+/// as many blocks of `threads` threads and `dynamic_smem` bytes as its registers allow per SM, so
+/// the rest of the SM's L1/shared array stays L1 (the driver gave the MoE decode gate_up kernel
+/// 100 KB of shared memory where its 6 blocks need 32 KB). Done again only when the need changes.
+void prefer_l1_carveout(const void* kernel, int threads, size_t dynamic_smem);
+
 }  // namespace ember::cuda
