@@ -125,7 +125,21 @@
 //       19.51-19.52; LFM2-8B-A1B bf16 32.60-32.64 -> 31.35-31.39, FP8 22.11-22.21 -> 22.33-22.37
 //       (its top-4 down is down_decode_kernel). With this route_token (the last call, v11 both
 //       sides): Qwen3-30B-A3B 26.30-26.35 / 18.02-18.03, Qwen3.5-35B-A3B 26.37-26.40 / 19.96-19.97,
-//       LFM2-8B-A1B 30.93-30.97 / 22.05-22.07. (this)
+//       LFM2-8B-A1B 30.93-30.97 / 22.05-22.07.
+//   v12 (session 19): at T = 1 softmax routing without a bias selects by the logits and computes
+//       the winners' probabilities after the rounds (route_token), so pair j's flag no longer waits
+//       for the softmax; and every decode kernel asks for the least shared memory its resident
+//       blocks need (DependentLaunch::prefer_l1; ncu: the driver had given gate_up_mma 100 KB of
+//       the SM's array, where its 6 blocks need 32 KB, and all shared memory, 28 KB of L1, made
+//       T = 1 bf16 26.4 -> 32.8 us). One build, v11 behind a temporary switch, two alternating runs
+//       (H200, us, v11 -> v12): T=1 Qwen3-30B-A3B bf16 26.52-26.59 -> 26.07-26.18, FP8 18.12-18.17
+//       -> 17.63-17.74; Qwen3.5-35B-A3B bf16 22.95-22.98 -> 23.23-23.28 (slower), FP8 18.19-18.27 ->
+//       17.81-17.87; LFM2-8B-A1B (sigmoid and bias: the carveout only) 30.97-31.08 -> 31.05-31.09,
+//       FP8 22.17-22.18 -> 22.08-22.11; T=8 Qwen3-30B-A3B FP8 116.21-116.27 -> 115.08, the other
+//       T = 8 cases within 0.5%. Separately (call 3): the carveout alone moved T = 1 by at most
+//       0.16 us and T = 2..16 by 0-1% (FP8 most: Qwen3.5-35B-A3B T=16 197.1 -> 196.0), and routing
+//       by logits at T = 8 (the rounds wait for nothing there) cost Qwen3.5-35B-A3B ~1 us, so it is
+//       T = 1 only. (this)
 //   Rejected in session 15 (each one build with a temporary switch, alternating runs of moe_bench
 //   1, H200, us, v10 -> trial):
 //   - Routing in the decode kernels' blocks (branch moe-route-in-blocks). At T = 1 the router wrote
@@ -175,6 +189,18 @@
 //     -> 27.27-27.34, FP8 19.64-19.68 -> 19.80; Qwen3.5-35B-A3B bf16 29.91-30.05 -> 29.68-29.71, FP8
 //     22.53-22.62 -> 22.64-22.69; LFM2-8B-A1B bf16 32.81-32.85 -> 33.04-33.15, FP8 23.22-23.28 ->
 //     23.90-23.91.
+//   Rejected in session 19 (branch s19-groups; one build, a temporary switch, two alternating runs of
+//   moe_bench, H200, us, v11 -> trial):
+//   - T > 1 gate_up with the pairs of one expert as the mma's columns (gate_up_columns_kernel): the
+//     routing block cut the expert-sorted pairs into groups of up to 8 of one expert, block row y
+//     took group y, each column of B one pair's row of x (staged per column, 8 rows of x in shared
+//     memory), so an expert's rows were read and decoded once per group instead of once per pair.
+//     Correct (the MoE tests, memcheck and racecheck passed), but slower everywhere: T=8
+//     Qwen3-30B-A3B bf16 159.1-159.3 -> 207.2-207.3, FP8 116.3-116.8 -> 139.6-139.8; T=16 286 ->
+//     335, 212 -> 226; even T = 2, which has few repeats to share, 52.8-52.9 -> 54.9-55.0. The 33 KB
+//     of staged x per block leave ~46 KB of the SM's array as L1 (v7's and session 13's lesson); a
+//     shared memory carveout at the least the blocks need moved its T = 8 to 186.5 us, still far
+//     behind.
 //   Rejected in session 18 (branch s18-trials; one build each, a temporary switch, two alternating
 //   runs of moe_bench, H200, us, this -> trial; only the FP8 rows change in the first):
 //   - FP8 weights decoded by integer operations in gate_up_mma and down_mma: each code's sign and 7
