@@ -139,7 +139,8 @@
 //       T = 8 cases within 0.5%. Separately (call 3): the carveout alone moved T = 1 by at most
 //       0.16 us and T = 2..16 by 0-1% (FP8 most: Qwen3.5-35B-A3B T=16 197.1 -> 196.0), and routing
 //       by logits at T = 8 (the rounds wait for nothing there) cost Qwen3.5-35B-A3B ~1 us, so it is
-//       T = 1 only. (this)
+//       T = 1 only. Then (call 6) gate_up_mma's FP8 loop in batches of 2 steps, not 4 (kMmaSteps
+//       has the numbers): T=1 FP8 17.54-17.60 -> 17.09-17.12 us. (this)
 //   Rejected in session 15 (each one build with a temporary switch, alternating runs of moe_bench
 //   1, H200, us, v10 -> trial):
 //   - Routing in the decode kernels' blocks (branch moe-route-in-blocks). At T = 1 the router wrote
@@ -1080,7 +1081,15 @@ __global__ void __launch_bounds__(kDecodeThreads, kGateUpBlocksPerSm<WT>) gate_u
 // weights: x as staged in its own type, products exact in the f32 accumulators.
 constexpr int kMmaWarps = 4;       // warps per block, each a range of the row's 64-byte steps
 constexpr int kMmaThreads = kMmaWarps * 32;
-constexpr int kMmaSteps = 4;       // steps per row per batch of loads: 2 x 4 16-byte loads in flight per lane
+// Steps per row per batch of loads in gate_up_mma_kernel (2 x kMmaSteps 16-byte loads in flight per
+// lane): 4 for 16-bit weights, 2 for FP8, whose steps hold twice the elements, and then also for an
+// FP8 layer's shared expert (16-bit rows, the same kernel). At 4 the FP8 loop spilled 52 bytes
+// (ptxas, sm_90a), at 2 12. One build, a temporary switch, two alternating runs (session 19, H200,
+// us, 4 -> 2 steps): FP8 T=1 Qwen3-30B-A3B 17.54-17.60 -> 17.09-17.12, Qwen3.5-35B-A3B 17.64-17.70
+// -> 17.47-17.54, LFM2-8B-A1B 21.83-21.93 -> 22.14-22.17; T=8 115.24-115.32 -> 114.14-114.29,
+// 105.83-105.87 -> 104.35-104.52, 121.35-121.39 -> 119.09-119.36. bf16 lost with 2: T=1
+// Qwen3-30B-A3B 26.04-26.05 -> 26.45-26.46, LFM2-8B-A1B 31.09 -> 31.99, T=8 +0.7-1.6%.
+template <class WT> constexpr int kMmaSteps = sizeof(WT) == 1 ? 2 : 4;
 constexpr int kMmaChannels = 8;    // channels per block (gate and up rows: the 16 rows of A)
 constexpr int kMmaStepBytes = 64;  // a row's bytes per step: 16 per thread q
 
@@ -1135,7 +1144,7 @@ template <class T> __device__ void stage_x_f16(const T* x, __half* xs, float* sc
 // against x staged in shared memory (xs: f16 for FP8 weights with x_scale per 128 elements, else
 // x's own type). g_scales / u_scales: the rows' 128x128 block scales (FP8, else null), one per
 // 128 elements, g_step / u_step apart.
-template <class WT, class AB>
+template <int kSteps, class WT, class AB>
 __device__ __forceinline__ void gate_up_mma_steps(const AB* xs, const float* x_scale, const WT* g_row, const WT* u_row, int s_begin,
                                                   int s_end, const float* g_scales, int g_step, const float* u_scales,
                                                   int u_step, float& gate, float& up) {
@@ -1173,15 +1182,15 @@ __device__ __forceinline__ void gate_up_mma_steps(const AB* xs, const float* x_s
   };
   int s = s_begin;
   // Whole batches: every load of a batch issued before the first is used.
-  for (; s + kMmaSteps <= s_end; s += kMmaSteps) {
-    uint4 wg[kMmaSteps], wu[kMmaSteps];
+  for (; s + kSteps <= s_end; s += kSteps) {
+    uint4 wg[kSteps], wu[kSteps];
 #pragma unroll
-    for (int l = 0; l < kMmaSteps; ++l) {
+    for (int l = 0; l < kSteps; ++l) {
       wg[l] = gp[4 * (s + l)];
       wu[l] = up_p[4 * (s + l)];
     }
 #pragma unroll
-    for (int l = 0; l < kMmaSteps; ++l) add_step(wg[l], wu[l], s + l);
+    for (int l = 0; l < kSteps; ++l) add_step(wg[l], wu[l], s + l);
   }
   for (; s < s_end; ++s) add_step(gp[4 * s], up_p[4 * s], s);
   if constexpr (!kFp8) {
@@ -1243,9 +1252,9 @@ __global__ void __launch_bounds__(kMmaThreads, 6) gate_up_mma_kernel(DecodeArgs 
     const float* g_scales = blocks ? gs.ptr + gmm::block_scale_offset(e, i, 0, gs.s0, gs.s1, gs.s2) : nullptr;
     const float* u_scales = blocks ? us.ptr + gmm::block_scale_offset(e, i, 0, us.s0, us.s1, us.s2) : nullptr;
     if constexpr (kFp8)  // scale steps: a row's 128-element blocks, fewer than 2^31 apart
-      gate_up_mma_steps<WT, __half>(x_f16, x_scale, g_row, u_row, s_begin, s_end, g_scales, static_cast<int>(gs.s2), u_scales,
+      gate_up_mma_steps<kMmaSteps<WT>, WT, __half>(x_f16, x_scale, g_row, u_row, s_begin, s_end, g_scales, static_cast<int>(gs.s2), u_scales,
                                     static_cast<int>(us.s2), gate, up);
-    else gate_up_mma_steps<WT, T>(x_raw, nullptr, g_row, u_row, s_begin, s_end, nullptr, 0, nullptr, 0, gate, up);
+    else gate_up_mma_steps<kMmaSteps<WT>, WT, T>(x_raw, nullptr, g_row, u_row, s_begin, s_end, nullptr, 0, nullptr, 0, gate, up);
     if (lane % 4 == 0) {
       partial[warp][g][0] = gate * column_scale(gs, e, i);
       partial[warp][g][1] = up * column_scale(us, e, i);
@@ -1254,7 +1263,7 @@ __global__ void __launch_bounds__(kMmaThreads, 6) gate_up_mma_kernel(DecodeArgs 
     const T* g_row = static_cast<const T*>(a.s_gate) + i * a.s_rs;
     const T* u_row = static_cast<const T*>(a.s_up) + i * a.s_rs;
     const auto [s_begin, s_end] = warp_steps(hidden * static_cast<int>(sizeof(T)) / kMmaStepBytes, kMmaWarps, warp);
-    gate_up_mma_steps<T, T>(x_raw, nullptr, g_row, u_row, s_begin, s_end, nullptr, 0, nullptr, 0, gate, up);
+    gate_up_mma_steps<kMmaSteps<WT>, T, T>(x_raw, nullptr, g_row, u_row, s_begin, s_end, nullptr, 0, nullptr, 0, gate, up);
     if (lane % 4 == 0) {
       partial[warp][g][0] = gate;
       partial[warp][g][1] = up;
