@@ -1143,7 +1143,7 @@ template <class T> __device__ void stage_x_f16(const T* x, __half* xs, float* sc
 // steps [s_begin, s_end) of the rows g_row and u_row (16-byte aligned, whole 64-byte steps),
 // against x staged in shared memory (xs: f16 for FP8 weights with x_scale per 128 elements, else
 // x's own type). g_scales / u_scales: the rows' 128x128 block scales (FP8, else null), one per
-// 128 elements, g_step / u_step apart.
+// 128 elements, g_step / u_step apart. kSteps steps of both rows per batch of loads (kMmaSteps).
 template <int kSteps, class WT, class AB>
 __device__ __forceinline__ void gate_up_mma_steps(const AB* xs, const float* x_scale, const WT* g_row, const WT* u_row, int s_begin,
                                                   int s_end, const float* g_scales, int g_step, const float* u_scales,
