@@ -199,9 +199,9 @@
 //     Correct (the MoE tests, memcheck and racecheck passed), but slower everywhere: T=8
 //     Qwen3-30B-A3B bf16 159.1-159.3 -> 207.2-207.3, FP8 116.3-116.8 -> 139.6-139.8; T=16 286 ->
 //     335, 212 -> 226; even T = 2, which has few repeats to share, 52.8-52.9 -> 54.9-55.0. The 33 KB
-//     of staged x per block leave ~46 KB of the SM's array as L1 (v7's and session 13's lesson); a
-//     shared memory carveout at the least the blocks need moved its T = 8 to 186.5 us, still far
-//     behind.
+//     of staged x per block leave ~46 KB of the SM's array as L1 (v7's and session 13's lesson); with
+//     the router's and down's carveout at their least (its own not set) its T = 8 bf16 was 186.5 us,
+//     still far behind.
 //   Rejected in session 18 (branch s18-trials; one build each, a temporary switch, two alternating
 //   runs of moe_bench, H200, us, this -> trial; only the FP8 rows change in the first):
 //   - FP8 weights decoded by integer operations in gate_up_mma and down_mma: each code's sign and 7
