@@ -476,8 +476,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 }
 
 void prefer_l1_carveout(const void* kernel, int threads, size_t dynamic_smem) {
-  int device = 0;
-  EMBER_CUDA_CHECK(cudaGetDevice(&device));
+  const int device = current_device();
   static std::mutex mutex;
   static std::map<std::pair<const void*, int>, std::pair<int, size_t>> done;  // (kernel, device) -> (threads, dynamic_smem)
   const std::lock_guard lock(mutex);
@@ -486,15 +485,15 @@ void prefer_l1_carveout(const void* kernel, int threads, size_t dynamic_smem) {
   it->second = {threads, dynamic_smem};
   // Blocks per SM with all shared memory available (the attribute unset or at 100 %).
   EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-  int blocks = 0, per_sm = 0, reserved = 0;
+  int blocks = 0;
   EMBER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, dynamic_smem));
-  EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-  EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device));
   cudaFuncAttributes attr{};
   EMBER_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-  const size_t need = static_cast<size_t>(blocks) * (dynamic_smem + attr.sharedSizeBytes + static_cast<size_t>(reserved));
+  const cudaDeviceProp& props = device_properties(device);
+  const size_t per_sm = props.sharedMemPerMultiprocessor;
+  const size_t need = static_cast<size_t>(blocks) * (dynamic_smem + attr.sharedSizeBytes + props.reservedSharedMemPerBlock);
   // The driver rounds a percentage up to the next capacity the SM supports.
-  const int percent = static_cast<int>(std::min<size_t>(100, (need * 100 + static_cast<size_t>(per_sm) - 1) / static_cast<size_t>(per_sm)));
+  const int percent = static_cast<int>(std::min<size_t>(100, (need * 100 + per_sm - 1) / per_sm));
   EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
 }
 
