@@ -6,7 +6,8 @@
 // from HBM, not L2), replayed 15 times after a warm-up; the median replay / 16. One JSON object
 // per line: {"impl", "op", "case", "us", ...}. The layer's line is printed twice, as "moe_layer"
 // (against torch's grouped_mm path) and "moe_layer_batched" (against transformers' batched_mm
-// decode path). T = 1 cases are first checked against the CPU reference.
+// decode path). T = 1 cases are first checked against the CPU reference. Usage: moe_bench [T [model
+// [bf16|fp8]]], e.g. `moe_bench 1 qwen3-30b-a3b fp8`; "all" or nothing runs every model / type.
 #include <cuda_runtime.h>
 #include <fmt/core.h>
 
@@ -151,8 +152,12 @@ int main(int argc, char** argv) {
                                      {"lfm2-8b-a1b", 32, 2048, 1792, 4, 0, MoeScoring::Sigmoid, true}};
   std::vector<int64_t> tokens = {1, 2, 4, 8, 16, 64, 512};
   if (argc > 1) tokens = {std::stoll(argv[1])};
+  // Optional filters: argv[2] a model name (or "all"), argv[3] bf16 or fp8.
+  const std::string only_model = argc > 2 ? argv[2] : "all", only_dtype = argc > 3 ? argv[3] : "all";
   for (const Model& m : models) {
+    if (only_model != "all" && only_model != m.name) continue;
     for (bool fp8 : {false, true}) {
+      if (only_dtype != "all" && only_dtype != (fp8 ? "fp8" : "bf16")) continue;
       try {
         bench_model(m, fp8, tokens);
       } catch (const std::exception& err) {  // weights could not be made: report, go on

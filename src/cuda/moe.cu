@@ -15,9 +15,10 @@
 //                       outputs of token t, one warp per pair streams those two rows of its expert
 //                       against the pair's row of h, and the block adds the weighted sums and
 //                       writes them directly: the combine costs nothing.
-//   gate_up_mma_kernel / down_mma_kernel   the same two steps on tensor cores (mma.sync): gate_up
-//                       for 16-bit and FP8 weights, down for FP8 weights, where the rows are whole
-//                       64-byte steps (the FFMA kernels above take the rest: f32, odd sizes).
+//   gate_up_mma_kernel / down_mma_kernel   the same two steps on tensor cores (mma.sync) for 16-bit
+//                       and FP8 weights, where the rows are whole 64-byte steps (the FFMA kernels
+//                       above take the rest: f32, odd sizes). At T > 1 their blocks have 1, 2 or 4
+//                       warps (batched_warps).
 //   router_decode_kernel   the decode router: one warp per expert computes the logits (and one
 //                       more the shared expert's gate; at T = 1 its row loaded before the wait for
 //                       the kernel before, x staged once per block), then one block routes every token
@@ -140,7 +141,37 @@
 //       0.16 us and T = 2..16 by 0-1% (FP8 most: Qwen3.5-35B-A3B T=16 197.1 -> 196.0), and routing
 //       by logits at T = 8 (the rounds wait for nothing there) cost Qwen3.5-35B-A3B ~1 us, so it is
 //       T = 1 only. Then (call 6) gate_up_mma's FP8 loop in batches of 2 steps, not 4 (kMmaSteps
-//       has the numbers): T=1 FP8 17.54-17.60 -> 17.09-17.12 us. (this)
+//       has the numbers): T=1 FP8 17.54-17.60 -> 17.09-17.12 us.
+//   v13 (session 20): 16-bit down_mma rows in batches of 3 steps, not 4 (ptxas had spilled 24
+//       bytes in the loop; kDownMmaSteps has the numbers: T=1 Qwen3-30B-A3B bf16 26.1 -> 24.6 us),
+//       and at T > 1 the mma kernels' blocks with fewer warps where the grid still makes 1.9 waves
+//       of warps (batched_warps: gate_up FP8 down to 1 warp, 16-bit to 2; down FP8 down to 1,
+//       16-bit keeps 4), so each warp streams longer for every block's fixed costs. One build,
+//       EMBER_MOE_BATCHED_WARPS=4 (the old blocks) against the rule, two alternating runs (H200,
+//       us, 4 warps -> rule): Qwen3-30B-A3B FP8 T=4 63.95-64.23 -> 60.39-60.47, T=8 113.79-113.97 ->
+//       102.15-102.17, T=16 209.88-210.22 -> 185.26-185.42; Qwen3.5-35B-A3B FP8 T=8 104.91-105.06 ->
+//       94.54-94.86, T=16 192.72-192.84 -> 167.86; bf16 -0.1 to -1.2% (Qwen3-30B-A3B T=8
+//       156.27-156.45 -> 154.54-155.39); T=2 unchanged (the rule keeps 4 warps there: 1-warp blocks
+//       had made Qwen3-30B-A3B T=2 FP8 36.9 -> 42.4); but LFM2-8B-A1B T=4 +1.3% (bf16 96.68 ->
+//       97.97-98.06) and +1.4% (FP8 68.44-68.52 -> 69.42-69.47), its gate_up grid at 2.26 waves of
+//       2-warp blocks. (this)
+//   Rejected in session 20 (branch s20-trials; one build, a temporary switch, two alternating runs
+//   of moe_bench, H200, us, v12 -> trial):
+//   - T = 1 gate_up_mma at 64 registers (launch bounds of 8 blocks per SM), so a down block fits
+//     beside ~6 gate_up blocks from the start: LFM2-8B-A1B (top-4: down_decode_kernel, 8K
+//     registers a block) bf16 31.06-31.09 -> 28.48-28.49, FP8 22.27-22.41 -> 20.04-20.05, but
+//     Qwen3-30B-A3B bf16 26.08-26.15 -> 26.67-26.74, FP8 17.04-17.09 -> 17.53, Qwen3.5-35B-A3B FP8
+//     17.83-17.89 -> 18.40-18.46 (FP8 spills 36 bytes at 64 registers). A rule for top-4 only was
+//     not tried.
+//   - T > 1 router with every token's row of x staged in (dynamic) shared memory and its rows
+//     preloaded before the wait, as at T = 1: T=8 Qwen3-30B-A3B bf16 145.50-145.53 -> 146.07-146.31,
+//     Qwen3.5-35B-A3B 129.78-130.01 -> 131.83-131.90, T=2 within 0.1 except Qwen3.5-35B-A3B +0.7.
+//     Yet per-block stamps put the router's products at 18-21 us after its wait at T = 8 (5.6 at
+//     T = 2; 1.7 at T = 1) with the HBM idle, ncu gives the kernel 24-25.5 us at T = 8 (7.2 at
+//     T = 1), and its SASS (ncu source counters) shows router_row's x loads as generic LD.E.128
+//     issued one at a time, each consumed before the next: 64 dependent round trips per warp at
+//     T = 8. Why staging x did not shorten the layer was not traced: the next thing to look at.
+//   - The router letting gate_up launch only as it ends (T > 1): T=8 within 0.3 us.
 //   Rejected in session 15 (each one build with a temporary switch, alternating runs of moe_bench
 //   1, H200, us, v10 -> trial):
 //   - Routing in the decode kernels' blocks (branch moe-route-in-blocks). At T = 1 the router wrote
@@ -356,6 +387,7 @@
 #include <climits>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "backend.h"
 #include "cuda/dependent_launch.cuh"
@@ -1080,7 +1112,6 @@ __global__ void __launch_bounds__(kDecodeThreads, kGateUpBlocksPerSm<WT>) gate_u
 // step's f32 sums are multiplied by x's scale and the weights' 128x128 block scale. 16-bit
 // weights: x as staged in its own type, products exact in the f32 accumulators.
 constexpr int kMmaWarps = 4;       // warps per block, each a range of the row's 64-byte steps
-constexpr int kMmaThreads = kMmaWarps * 32;
 // Steps per row per batch of loads in gate_up_mma_kernel (2 x kMmaSteps 16-byte loads in flight per
 // lane): 4 for 16-bit weights, 2 for FP8, whose steps hold twice the elements, and then also for an
 // FP8 layer's shared expert (16-bit rows, the same kernel). At 4 the FP8 loop spilled 52 bytes
@@ -1090,6 +1121,7 @@ constexpr int kMmaThreads = kMmaWarps * 32;
 // 105.83-105.87 -> 104.35-104.52, 121.35-121.39 -> 119.09-119.36. bf16 lost with 2: T=1
 // Qwen3-30B-A3B 26.04-26.05 -> 26.45-26.46, LFM2-8B-A1B 31.09 -> 31.99, T=8 +0.7-1.6%.
 template <class WT> constexpr int kMmaSteps = sizeof(WT) == 1 ? 2 : 4;
+constexpr int kGateUpMmaWarpsPerSm = 6 * kMmaWarps;  // resident warps per SM at any block size (launch bounds)
 constexpr int kMmaChannels = 8;    // channels per block (gate and up rows: the 16 rows of A)
 constexpr int kMmaStepBytes = 64;  // a row's bytes per step: 16 per thread q
 
@@ -1201,11 +1233,11 @@ __device__ __forceinline__ void gate_up_mma_steps(const AB* xs, const float* x_s
 
 // Block (c, slot): channels 8c .. 8c + 7 of pair slot (or of the shared expert of token slot -
 // pairs), as gate_up_decode_kernel's blocks, on tensor cores (kGateUpOnTensorCores<T, WT>).
-template <class T, class WT>
-__global__ void __launch_bounds__(kMmaThreads, 6) gate_up_mma_kernel(DecodeArgs a) {
+template <class T, class WT, int kWarps = kMmaWarps>
+__global__ void __launch_bounds__(kWarps * 32, kGateUpMmaWarpsPerSm / kWarps) gate_up_mma_kernel(DecodeArgs a) {
   constexpr bool kFp8 = std::is_same_v<WT, E4m3>;
   extern __shared__ __align__(16) unsigned char decode_smem[];
-  __shared__ float partial[kMmaWarps][kMmaChannels][2];
+  __shared__ float partial[kWarps][kMmaChannels][2];
   const int hidden = static_cast<int>(a.hidden);
   // x as the mma's B operand: f16 scaled per 128 elements (x_scale) for FP8 weights, else as is.
   T* x_raw = reinterpret_cast<T*>(decode_smem);
@@ -1246,7 +1278,7 @@ __global__ void __launch_bounds__(kMmaThreads, 6) gate_up_mma_kernel(DecodeArgs 
     const int64_t e = early ? ready_expert : a.ids[slot];
     const WT* g_row = static_cast<const WT*>(a.gate) + e * a.gu_es + i * a.gate_rs;
     const WT* u_row = static_cast<const WT*>(a.up) + e * a.gu_es + i * a.up_rs;
-    const auto [s_begin, s_end] = warp_steps(hidden * static_cast<int>(sizeof(WT)) / kMmaStepBytes, kMmaWarps, warp);
+    const auto [s_begin, s_end] = warp_steps(hidden * static_cast<int>(sizeof(WT)) / kMmaStepBytes, kWarps, warp);
     const WeightScale &gs = a.gate_scale, &us = a.up_scale;
     const bool blocks = kFp8 && gs.kind == WeightScale::Block128;
     const float* g_scales = blocks ? gs.ptr + gmm::block_scale_offset(e, i, 0, gs.s0, gs.s1, gs.s2) : nullptr;
@@ -1262,7 +1294,7 @@ __global__ void __launch_bounds__(kMmaThreads, 6) gate_up_mma_kernel(DecodeArgs 
   } else {
     const T* g_row = static_cast<const T*>(a.s_gate) + i * a.s_rs;
     const T* u_row = static_cast<const T*>(a.s_up) + i * a.s_rs;
-    const auto [s_begin, s_end] = warp_steps(hidden * static_cast<int>(sizeof(T)) / kMmaStepBytes, kMmaWarps, warp);
+    const auto [s_begin, s_end] = warp_steps(hidden * static_cast<int>(sizeof(T)) / kMmaStepBytes, kWarps, warp);
     gate_up_mma_steps<kMmaSteps<WT>, T, T>(x_raw, nullptr, g_row, u_row, s_begin, s_end, nullptr, 0, nullptr, 0, gate, up);
     if (lane % 4 == 0) {
       partial[warp][g][0] = gate;
@@ -1273,7 +1305,7 @@ __global__ void __launch_bounds__(kMmaThreads, 6) gate_up_mma_kernel(DecodeArgs 
   if (threadIdx.x < kMmaChannels && c0 + threadIdx.x < channels) {
     float gs = 0.f, us = 0.f;
 #pragma unroll
-    for (int w = 0; w < kMmaWarps; ++w) {
+    for (int w = 0; w < kWarps; ++w) {
       gs += partial[w][threadIdx.x][0];
       us += partial[w][threadIdx.x][1];
     }
@@ -1410,12 +1442,16 @@ __global__ void __launch_bounds__(kDownMaxWarps * 32, 2) down_decode_kernel(Deco
 // FP8 weights convert exactly to h's type (e4m3x2 -> f16x2, then to bf16 for bf16 h), so h enters
 // the mma as gate_up wrote it: no scaling and no range limit.
 constexpr int kDownMmaWarps = 4;
-constexpr int kDownMmaThreads = kDownMmaWarps * 32;
+constexpr int kDownMmaWarpsPerSm = 4 * kDownMmaWarps;  // resident warps per SM at any block size (launch bounds)
 constexpr int kDownMmaOutputs = 4;  // outputs per block: rows n0 .. n0 + 3, two per mma
-// 64-byte steps per row per batch of loads: FP8 3 (12 weight and 6 h loads of 16 bytes per lane),
-// 16-bit 4 (16 and 4; 128 registers; CUDA 13.0's ptxas spills 24 bytes, none at 3 steps, which is
-// untried); beside FP8 weights the shared expert's 16-bit rows 2 (at 4, the FP8 kernel would spill).
-template <class WT> constexpr int kDownMmaSteps = sizeof(WT) == 1 ? 3 : 4;
+// 64-byte steps per row per batch of loads: 3 (FP8: 12 weight and 6 h loads of 16 bytes per lane;
+// 16-bit: 12 and 3); beside FP8 weights the shared expert's 16-bit rows 2 (at 4, the FP8 kernel
+// would spill). 16-bit rows had 4 until session 20, where CUDA 13.0's ptxas spilled 24 bytes in
+// the loop; at 3 none (one build, a temporary switch, two alternating runs, H200, us, 4 -> 3): T=1
+// Qwen3-30B-A3B bf16 26.08-26.16 -> 24.62-24.65, Qwen3.5-35B-A3B 23.58-23.77 -> 22.21-22.28; T=8
+// 158.0-158.3 -> 156.4-156.8, 134.6-134.7 -> 134.2-134.3 (LFM2-8B-A1B's top-4 down is
+// down_decode_kernel).
+template <class WT> constexpr int kDownMmaSteps = 3;
 
 /// The mma down takes FP8 weights or weights of x's 16-bit type. FP8: down_decode_kernel was
 /// slower (Qwen3-30B, H200, same call: T = 1 20.3 vs 19.2 us, T = 8 108 vs 104 us). 16-bit: with
@@ -1515,10 +1551,10 @@ __device__ __forceinline__ float diagonal(const float (&run)[2][4], int r, int g
   return g % 2 ? run[r / 2][i + 1] : run[r / 2][i];
 }
 
-template <class T, class WT>
-__global__ void __launch_bounds__(kDownMmaThreads, 4) down_mma_kernel(DecodeArgs a) {
+template <class T, class WT, int kWarps = kDownMmaWarps>
+__global__ void __launch_bounds__(kWarps * 32, kDownMmaWarpsPerSm / kWarps) down_mma_kernel(DecodeArgs a) {
   dependents_may_launch();  // the next layer's router may start: it waits before touching memory
-  __shared__ float partial[kDownMmaWarps][kDownMmaOutputs];
+  __shared__ float partial[kWarps][kDownMmaOutputs];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kDownMmaOutputs, t = blockIdx.y, pairs = a.tokens * a.k;
   const bool holder = q == g / 2;  // this lane holds pair g's diagonal elements
@@ -1533,7 +1569,7 @@ __global__ void __launch_bounds__(kDownMmaThreads, 4) down_mma_kernel(DecodeArgs
       const bool valid = j < a.k;
       // The expert before the wait, the routing weight after it (see down_decode_kernel).
       const int64_t pair = t * a.k + (valid ? j : grp * 8), e = pair_expert(a.expert_ready, a.ids, pair);
-      const auto [s_begin, s_end] = warp_steps(static_cast<int>(a.inter * static_cast<int64_t>(sizeof(WT)) / kMmaStepBytes), kDownMmaWarps, warp);
+      const auto [s_begin, s_end] = warp_steps(static_cast<int>(a.inter * static_cast<int64_t>(sizeof(WT)) / kMmaStepBytes), kWarps, warp);
       const WeightScale& ds = a.down_scale;
       const float* scales = std::is_same_v<WT, E4m3> && ds.kind == WeightScale::Block128
                                 ? ds.ptr + gmm::block_scale_offset(e, n0, 0, ds.s0, ds.s1, ds.s2) : nullptr;
@@ -1544,7 +1580,7 @@ __global__ void __launch_bounds__(kDownMmaThreads, 4) down_mma_kernel(DecodeArgs
       for (int r = 0; r < kDownMmaOutputs; ++r)
         if (holder) acc[r] = fmaf(diagonal(run, r, g), weight * column_scale(ds, e, min(n0 + r, a.hidden - 1)), acc[r]);
     } else {  // the shared expert: column 0
-      const auto [s_begin, s_end] = warp_steps(static_cast<int>(a.s_inter * static_cast<int64_t>(sizeof(T)) / kMmaStepBytes), kDownMmaWarps, warp);
+      const auto [s_begin, s_end] = warp_steps(static_cast<int>(a.s_inter * static_cast<int64_t>(sizeof(T)) / kMmaStepBytes), kWarps, warp);
       constexpr int kSharedSteps = std::is_same_v<WT, E4m3> ? 2 : kDownMmaSteps<T>;  // see kDownMmaSteps
       down_mma_steps<T, T, kSharedSteps>(static_cast<const T*>(a.s_down) + n0 * a.sd_rs, a.sd_rs, last, static_cast<const T*>(a.h) + (pairs + t) * a.h_rs,
                            s_begin, s_end, nullptr, 0, wait, run);
@@ -1564,7 +1600,7 @@ __global__ void __launch_bounds__(kDownMmaThreads, 4) down_mma_kernel(DecodeArgs
   if (threadIdx.x < kDownMmaOutputs && n0 + threadIdx.x < a.hidden) {
     float sum = 0.f;
 #pragma unroll
-    for (int w = 0; w < kDownMmaWarps; ++w) sum += partial[w][threadIdx.x];
+    for (int w = 0; w < kWarps; ++w) sum += partial[w][threadIdx.x];
     static_cast<T*>(a.out)[t * a.o_ts + n0 + threadIdx.x] = from_f<T>(sum);
   }
 }
@@ -1576,6 +1612,34 @@ bool rows_aligned(const Tensor& t, int64_t row_stride) {
 }
 int64_t round8(int64_t v) { return (v + 7) / 8 * 8; }
 unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>(std::clamp<int64_t>((n + threads - 1) / threads, 1, 65535)); }
+
+// Warps per block of gate_up_mma_kernel and down_mma_kernel at T > 1 (T = 1 keeps 4: one wave of
+// blocks whose pairs start as the router picks them). A block's warps split its rows' steps, so
+// with fewer warps each warp streams longer for every block's fixed costs (the wait, the pair
+// order and x read through L2, the staging barrier, the partial sums' barrier); but a grid of
+// fewer warps than the SMs hold leaves bandwidth unused. So: the fewest warps, from `fewest` and
+// doubling up to 4, that still give the grid 1.9 waves of warps (warps_per_sm resident per SM).
+// EMBER_MOE_BATCHED_WARPS=1|2|4 sets the count (the tests run every variant with it).
+int batched_warps(int64_t blocks, int fewest, int warps_per_sm, int device) {
+  if (const char* value = std::getenv("EMBER_MOE_BATCHED_WARPS"); value != nullptr && *value != '\0') {
+    const std::string v = value;
+    if (v == "1" || v == "2" || v == "4") return std::stoi(v);
+    fail("moe_layer", "EMBER_MOE_BATCHED_WARPS: expected 1, 2 or 4, got {}", v);
+  }
+  const int64_t wave = int64_t{device_properties(device).multiProcessorCount} * warps_per_sm;
+  int warps = fewest;
+  while (warps < 4 && blocks * warps * 10 < 19 * wave) warps *= 2;
+  return warps;
+}
+
+// Calls f(std::integral_constant<int, w>) for w = warps (1, 2 or 4).
+template <class F> void with_warps(int warps, F&& f) {
+  switch (warps) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    default: f(std::integral_constant<int, 4>{}); break;
+  }
+}
 
 // EMBER_MOE_PATH=decode|grouped forces the decode kernels or the grouped path (permutation +
 // grouped products) so benchmarks can compare them on one shape; unset, the layer picks by size.
@@ -1834,7 +1898,12 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
           if constexpr (kGateUpOnTensorCores<T, WT>) {
             mma = hidden * static_cast<int64_t>(sizeof(WT)) % kMmaStepBytes == 0 && mma_smem <= 48 * 1024;
             const dim3 mma_grid(static_cast<unsigned>((std::max(inter, s_inter) + kMmaChannels - 1) / kMmaChannels), static_cast<unsigned>(slots));
-            if (mma) DependentLaunch(mma_grid, kMmaThreads, mma_smem, stream, pdl).prefer_l1()(gate_up_mma_kernel<T, WT>, a);
+            // T > 1: FP8 rows down to 1 warp per block, 16-bit rows to 2 (1 was slower there; see batched_warps).
+            const int warps = t == 1 ? kMmaWarps : batched_warps(int64_t{mma_grid.x} * mma_grid.y, fp8 ? 1 : 2, kGateUpMmaWarpsPerSm, device);
+            if (mma)
+              with_warps(warps, [&](auto w) {
+                DependentLaunch(mma_grid, w * 32, mma_smem, stream, pdl).prefer_l1()(gate_up_mma_kernel<T, WT, decltype(w)::value>, a);
+              });
           }
           if (!mma) DependentLaunch(gu_grid, kDecodeThreads, x_row_bytes, stream, pdl).prefer_l1()(gate_up_decode_kernel<T, WT>, a);
           bool down_mma = false;
@@ -1842,7 +1911,12 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
             down_mma = k >= kDownMmaMinTopK && inter * static_cast<int64_t>(sizeof(WT)) % kMmaStepBytes == 0 &&
                        (!shared || s_inter * static_cast<int64_t>(sizeof(T)) % kMmaStepBytes == 0);
             const dim3 grid(static_cast<unsigned>((hidden + kDownMmaOutputs - 1) / kDownMmaOutputs), static_cast<unsigned>(t));
-            if (down_mma) DependentLaunch(grid, kDownMmaThreads, 0, stream, pdl).prefer_l1()(down_mma_kernel<T, WT>, a);
+            // T > 1: FP8 rows down to 1 warp per block; 16-bit rows keep 4 (see batched_warps).
+            const int warps = t == 1 ? kDownMmaWarps : batched_warps(int64_t{grid.x} * grid.y, fp8 ? 1 : 4, kDownMmaWarpsPerSm, device);
+            if (down_mma)
+              with_warps(warps, [&](auto w) {
+                DependentLaunch(grid, w * 32, 0, stream, pdl).prefer_l1()(down_mma_kernel<T, WT, decltype(w)::value>, a);
+              });
           }
           if (!down_mma) {
             const dim3 grid(static_cast<unsigned>((hidden + kDownOutputs - 1) / kDownOutputs), static_cast<unsigned>(t));

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <random>
+#include <string>
 
 #include "compare.h"
 #include "cuda/graph_capture.h"
@@ -125,6 +127,32 @@ TEST(CudaMoeGraph, PrefillLayerReplaysWithChangingRouting) {
 #ifdef EMBER_WITH_CUDA
   if (!cuda::is_available()) GTEST_SKIP() << cuda::availability().reason;
   capture_and_replay(40, true);  // 320 (token, expert) pairs: permute + grouped_mm path
+#else
+  GTEST_SKIP() << cuda::availability().reason;
+#endif
+}
+
+// EMBER_MOE_BATCHED_WARPS (the T > 1 warps per block of the decode mma kernels) takes 1, 2 or 4;
+// anything else is an error that names the variable, not a silent default.
+TEST(CudaMoeLayer, RejectsAnUnknownBatchedWarpsCount) {
+#ifdef EMBER_WITH_CUDA
+  if (!cuda::is_available()) GTEST_SKIP() << cuda::availability().reason;
+  const int64_t t = 2, h = 256, e = 32, inter = 128;
+  const Device gpu = Device::cuda();
+  const Tensor x = routed_x(t, h, 0, 1).to(kBFloat16).to(gpu), router = router_weight(e, h, 2).to(kBFloat16).to(gpu);
+  const Tensor gate_up = (randn({e, 2 * inter, h}, kFloat32, Device::cpu(), 3) * Scalar(0.05)).to(kBFloat16).to(gpu);
+  const Tensor down = (randn({e, h, inter}, kFloat32, Device::cpu(), 4) * Scalar(0.05)).to(kBFloat16).to(gpu);
+  MoeLayerOptions o;
+  o.route.top_k = 8;
+  setenv("EMBER_MOE_BATCHED_WARPS", "3", 1);
+  std::string message;
+  try {
+    (void)moe_layer(x, router, gate_up, down, o);
+  } catch (const Error& err) {
+    message = err.what();
+  }
+  unsetenv("EMBER_MOE_BATCHED_WARPS");
+  EXPECT_NE(message.find("EMBER_MOE_BATCHED_WARPS: expected 1, 2 or 4, got 3"), std::string::npos) << message;
 #else
   GTEST_SKIP() << cuda::availability().reason;
 #endif

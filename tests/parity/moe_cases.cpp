@@ -127,6 +127,7 @@ struct LayerConfig {
   int64_t shared_inter = 48;  // the shared expert's intermediate size
   bool tied = false;          // a zero router: every logit ties, so every token takes experts 0 .. k-1
   int fp8_codes = 0;          // FP8 experts of random codes up to this magnitude and one scale for all rows (fp8_codes below)
+  int batched_warps = 0;      // EMBER_MOE_BATCHED_WARPS: the T > 1 decode mma kernels' warps per block (0: their rule)
 };
 LayerConfig config(int64_t t, int64_t h, int64_t e, int64_t inter, int64_t k, DType dt = kBFloat16) { return {t, h, e, inter, k, dt}; }
 LayerConfig lfm2(int64_t t) { return {t, 192, 8, 112, 2, kBFloat16, MoeScoring::Sigmoid, true}; }
@@ -138,6 +139,7 @@ LayerConfig forced_decode(LayerConfig c) { c.force_decode = true; return c; }
 LayerConfig rowwise_fp8(LayerConfig c) { c.fp8 = c.rowwise = true; return c; }
 LayerConfig without_fast_paths(LayerConfig c) { c.no_fast_paths = true; return c; }
 LayerConfig tied(LayerConfig c) { c.tied = true; return c; }
+LayerConfig with_batched_warps(LayerConfig c, int warps) { c.batched_warps = warps; return c; }
 LayerConfig with_fp8_codes(LayerConfig c, int max_code) { c.fp8_codes = max_code; return c; }
 
 // FP8 codes of `shape` drawn at random from the finite e4m3 codes of magnitude up to max_code
@@ -185,8 +187,9 @@ std::pair<Tensor, Tensor> fp8_rows(Device d, const Tensor& w) {
 }
 
 std::vector<Tensor> layer_case(Device d, const LayerConfig& c, uint64_t seed) {
-  std::optional<ScopedEnv> path, fast_paths;
+  std::optional<ScopedEnv> path, fast_paths, warps;
   if (c.force_decode) path.emplace("EMBER_MOE_PATH", "decode");
+  if (c.batched_warps) warps.emplace("EMBER_MOE_BATCHED_WARPS", std::to_string(c.batched_warps).c_str());
   if (c.no_fast_paths) fast_paths.emplace("EMBER_DISABLE_FAST_PATHS", "1");
   auto [x, router] = routed_inputs(d, c.t, c.h, c.e, c.dt, seed);
   if (c.tied) router = zeros({c.e, c.h}, c.dt, d);
@@ -472,6 +475,17 @@ EMBER_PARITY_CASE(moe_layer_t4_no_fast_paths_ordered_pairs, { return layer_case(
 // at T = 1 and with the pairs ordered by expert at T = 3 in the clustered decode router, with fast
 // paths disabled (its ticket path), with 300 experts (ticket path, 32 candidates per lane), and in
 // the prefill path's route_kernel (T x k = 160 pairs).
+// The T > 1 decode mma kernels at each block size the rule may pick (or the variable may set): the
+// small grids here would take 4 warps. 16-bit rows (gate_up and down) and FP8 rows beside a 16-bit
+// shared expert.
+EMBER_PARITY_CASE(moe_layer_t16_bf16_batched_warps1, { return layer_case(d, with_batched_warps(forced_decode(config(16, 256, 128, 96, 8)), 1), 120); });
+EMBER_PARITY_CASE(moe_layer_t16_bf16_batched_warps2, { return layer_case(d, with_batched_warps(forced_decode(config(16, 256, 128, 96, 8)), 2), 121); });
+EMBER_PARITY_CASE(moe_layer_t4_fp8_shared_batched_warps1, {
+  return layer_case(d, with_batched_warps(forced_decode(with_shared(with_fp8(config(4, 256, 16, 128, 8)), 64)), 1), 122);
+});
+EMBER_PARITY_CASE(moe_layer_t4_fp8_shared_batched_warps2, {
+  return layer_case(d, with_batched_warps(forced_decode(with_shared(with_fp8(config(4, 256, 16, 128, 8)), 64)), 2), 123);
+});
 EMBER_PARITY_CASE(moe_layer_t1_tied_router, { return layer_case(d, tied(config(1, 128, 64, 32, 8)), 97); });
 EMBER_PARITY_CASE(moe_layer_t3_tied_router_ordered_pairs, { return layer_case(d, tied(config(3, 128, 32, 32, 4)), 98); });
 EMBER_PARITY_CASE(moe_layer_t3_tied_router_no_fast_paths, { return layer_case(d, without_fast_paths(tied(config(3, 128, 32, 32, 4))), 99); });
