@@ -1898,7 +1898,8 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
           if constexpr (kGateUpOnTensorCores<T, WT>) {
             mma = hidden * static_cast<int64_t>(sizeof(WT)) % kMmaStepBytes == 0 && mma_smem <= 48 * 1024;
             const dim3 mma_grid(static_cast<unsigned>((std::max(inter, s_inter) + kMmaChannels - 1) / kMmaChannels), static_cast<unsigned>(slots));
-            // T > 1: FP8 rows down to 1 warp per block, 16-bit rows to 2 (1 was slower there; see batched_warps).
+            // T > 1: FP8 rows down to 1 warp per block, 16-bit rows to 2 (1 lost to 2 in session 20: LFM2-8B-A1B
+            // T=8 bf16 169.8-169.9 vs 166.7 us, Qwen3.5-35B-A3B 134.4-135.1 vs 132.8-133.4).
             const int warps = t == 1 ? kMmaWarps : batched_warps(int64_t{mma_grid.x} * mma_grid.y, fp8 ? 1 : 2, kGateUpMmaWarpsPerSm, device);
             if (mma)
               with_warps(warps, [&](auto w) {
@@ -1911,7 +1912,8 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
             down_mma = k >= kDownMmaMinTopK && inter * static_cast<int64_t>(sizeof(WT)) % kMmaStepBytes == 0 &&
                        (!shared || s_inter * static_cast<int64_t>(sizeof(T)) % kMmaStepBytes == 0);
             const dim3 grid(static_cast<unsigned>((hidden + kDownMmaOutputs - 1) / kDownMmaOutputs), static_cast<unsigned>(t));
-            // T > 1: FP8 rows down to 1 warp per block; 16-bit rows keep 4 (see batched_warps).
+            // T > 1: FP8 rows down to 1 warp per block; 16-bit rows keep 4 (session 20, 1 warp at T=8 bf16:
+            // Qwen3-30B-A3B +0.3 us alone, +2.3 with 2-warp gate_up; Qwen3.5-35B-A3B -4.7; so not a rule yet).
             const int warps = t == 1 ? kDownMmaWarps : batched_warps(int64_t{grid.x} * grid.y, fp8 ? 1 : 4, kDownMmaWarpsPerSm, device);
             if (down_mma)
               with_warps(warps, [&](auto w) {

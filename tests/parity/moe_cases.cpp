@@ -470,11 +470,6 @@ EMBER_PARITY_CASE(moe_layer_t1_e32_shared_no_fast_paths, {
   return layer_case(d, without_fast_paths(with_shared(config(1, 256, 32, 64, 8), 64)), 94);
 });
 EMBER_PARITY_CASE(moe_layer_t4_no_fast_paths_ordered_pairs, { return layer_case(d, without_fast_paths(config(4, 256, 32, 96, 8)), 95); });
-// Exact ties (a zero router): every round of route_token's top-k finds the top key on several
-// lanes, and the lowest expert must win (the reduction over expert ids after the one over keys):
-// at T = 1 and with the pairs ordered by expert at T = 3 in the clustered decode router, with fast
-// paths disabled (its ticket path), with 300 experts (ticket path, 32 candidates per lane), and in
-// the prefill path's route_kernel (T x k = 160 pairs).
 // The T > 1 decode mma kernels at each block size the rule may pick (or the variable may set): the
 // small grids here would take 4 warps. 16-bit rows (gate_up and down) and FP8 rows beside a 16-bit
 // shared expert.
@@ -486,6 +481,11 @@ EMBER_PARITY_CASE(moe_layer_t4_fp8_shared_batched_warps1, {
 EMBER_PARITY_CASE(moe_layer_t4_fp8_shared_batched_warps2, {
   return layer_case(d, with_batched_warps(forced_decode(with_shared(with_fp8(config(4, 256, 16, 128, 8)), 64)), 2), 123);
 });
+// Exact ties (a zero router): every round of route_token's top-k finds the top key on several
+// lanes, and the lowest expert must win (the reduction over expert ids after the one over keys):
+// at T = 1 and with the pairs ordered by expert at T = 3 in the clustered decode router, with fast
+// paths disabled (its ticket path), with 300 experts (ticket path, 32 candidates per lane), and in
+// the prefill path's route_kernel (T x k = 160 pairs).
 EMBER_PARITY_CASE(moe_layer_t1_tied_router, { return layer_case(d, tied(config(1, 128, 64, 32, 8)), 97); });
 EMBER_PARITY_CASE(moe_layer_t3_tied_router_ordered_pairs, { return layer_case(d, tied(config(3, 128, 32, 32, 4)), 98); });
 EMBER_PARITY_CASE(moe_layer_t3_tied_router_no_fast_paths, { return layer_case(d, without_fast_paths(tied(config(3, 128, 32, 32, 4))), 99); });
