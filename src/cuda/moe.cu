@@ -170,7 +170,11 @@
 //     T = 2; 1.7 at T = 1) with the HBM idle, ncu gives the kernel 24-25.5 us at T = 8 (7.2 at
 //     T = 1), and its SASS (ncu source counters) shows router_row's x loads as generic LD.E.128
 //     issued one at a time, each consumed before the next: 64 dependent round trips per warp at
-//     T = 8. Why staging x did not shorten the layer was not traced: the next thing to look at.
+//     T = 8. Why staging x did not shorten the layer: that build's router_row happened to batch most
+//     of its x loads (its longest chain 8 loads into one register, against 17 here and in 3b13c05;
+//     session 18's 2d4ad93 has none, cuobjdump, sm_90a), so its baseline was fast already (T=8 FP8
+//     103.4 us against 113.8 in the other calls' builds). The T >= 2 "machine" spread seen since
+//     session 15 may be this codegen; branch s20-next-router stages x at every T > 1.
 //   - The router letting gate_up launch only as it ends (T > 1): T=8 within 0.3 us.
 //   Rejected in session 15 (each one build with a temporary switch, alternating runs of moe_bench
 //   1, H200, us, v10 -> trial):
