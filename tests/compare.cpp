@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <complex>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -109,6 +110,16 @@ std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "no error";
+}
+
+ScopedEnv::ScopedEnv(const char* name, const char* value) : name_(name) {
+  if (const char* old = std::getenv(name)) old_ = old;
+  if (value) setenv(name, value, 1);
+  else unsetenv(name);
+}
+ScopedEnv::~ScopedEnv() {
+  if (old_) setenv(name_, old_->c_str(), 1);
+  else unsetenv(name_);
 }
 
 std::string fixture_path(const std::string& name) { return std::string(EMBER_FIXTURES_DIR) + "/" + name; }

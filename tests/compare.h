@@ -2,6 +2,7 @@
 // for floats (NaN must match NaN, inf must match inf), with a report of the worst elements.
 #pragma once
 #include <functional>
+#include <optional>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -22,6 +23,19 @@ Tolerance default_tolerance(DType);
 
 /// The message of the ember::Error that f throws, or "no error".
 std::string error_of(const std::function<void()>& f);
+
+/// Sets (or unsets, with nullptr) an environment variable for its scope, then restores it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 /// Path of a fixture file under tests/fixtures.
 std::string fixture_path(const std::string& name);

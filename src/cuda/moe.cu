@@ -1455,7 +1455,7 @@ constexpr int kDownMmaOutputs = 4;  // outputs per block: rows n0 .. n0 + 3, two
 // Qwen3-30B-A3B bf16 26.08-26.16 -> 24.62-24.65, Qwen3.5-35B-A3B 23.58-23.77 -> 22.21-22.28; T=8
 // 158.0-158.3 -> 156.4-156.8, 134.6-134.7 -> 134.2-134.3 (LFM2-8B-A1B's top-4 down is
 // down_decode_kernel).
-template <class WT> constexpr int kDownMmaSteps = 3;
+constexpr int kDownMmaSteps = 3;
 
 /// The mma down takes FP8 weights or weights of x's 16-bit type. FP8: down_decode_kernel was
 /// slower (Qwen3-30B, H200, same call: T = 1 20.3 vs 19.2 us, T = 8 108 vs 104 us). 16-bit: with
@@ -1577,7 +1577,7 @@ __global__ void __launch_bounds__(kWarps * 32, kDownMmaWarpsPerSm / kWarps) down
       const WeightScale& ds = a.down_scale;
       const float* scales = std::is_same_v<WT, E4m3> && ds.kind == WeightScale::Block128
                                 ? ds.ptr + gmm::block_scale_offset(e, n0, 0, ds.s0, ds.s1, ds.s2) : nullptr;
-      down_mma_steps<WT, T, kDownMmaSteps<WT>>(static_cast<const WT*>(a.down) + e * a.d_es + n0 * a.d_rs, a.d_rs, last, static_cast<const T*>(a.h) + pair * a.h_rs,
+      down_mma_steps<WT, T, kDownMmaSteps>(static_cast<const WT*>(a.down) + e * a.d_es + n0 * a.d_rs, a.d_rs, last, static_cast<const T*>(a.h) + pair * a.h_rs,
                             s_begin, s_end, scales, ds.s2, wait, run);
       const float weight = valid ? __ldcg(a.weights + pair) : 0.f;
 #pragma unroll
@@ -1585,7 +1585,7 @@ __global__ void __launch_bounds__(kWarps * 32, kDownMmaWarpsPerSm / kWarps) down
         if (holder) acc[r] = fmaf(diagonal(run, r, g), weight * column_scale(ds, e, min(n0 + r, a.hidden - 1)), acc[r]);
     } else {  // the shared expert: column 0
       const auto [s_begin, s_end] = warp_steps(static_cast<int>(a.s_inter * static_cast<int64_t>(sizeof(T)) / kMmaStepBytes), kWarps, warp);
-      constexpr int kSharedSteps = std::is_same_v<WT, E4m3> ? 2 : kDownMmaSteps<T>;  // see kDownMmaSteps
+      constexpr int kSharedSteps = std::is_same_v<WT, E4m3> ? 2 : kDownMmaSteps;  // see kDownMmaSteps
       down_mma_steps<T, T, kSharedSteps>(static_cast<const T*>(a.s_down) + n0 * a.sd_rs, a.sd_rs, last, static_cast<const T*>(a.h) + (pairs + t) * a.h_rs,
                            s_begin, s_end, nullptr, 0, wait, run);
       const float gate = g == 0 ? (a.sg ? __ldcg(a.sg + t) : 1.f) : 0.f;

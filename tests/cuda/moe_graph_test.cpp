@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <optional>
 #include <random>
 #include <string>
@@ -144,14 +143,8 @@ TEST(CudaMoeLayer, RejectsAnUnknownBatchedWarpsCount) {
   const Tensor down = (randn({e, h, inter}, kFloat32, Device::cpu(), 4) * Scalar(0.05)).to(kBFloat16).to(gpu);
   MoeLayerOptions o;
   o.route.top_k = 8;
-  setenv("EMBER_MOE_BATCHED_WARPS", "3", 1);
-  std::string message;
-  try {
-    (void)moe_layer(x, router, gate_up, down, o);
-  } catch (const Error& err) {
-    message = err.what();
-  }
-  unsetenv("EMBER_MOE_BATCHED_WARPS");
+  const test::ScopedEnv warps("EMBER_MOE_BATCHED_WARPS", "3");
+  const std::string message = test::error_of([&] { (void)moe_layer(x, router, gate_up, down, o); });
   EXPECT_NE(message.find("EMBER_MOE_BATCHED_WARPS: expected 1, 2 or 4, got 3"), std::string::npos) << message;
 #else
   GTEST_SKIP() << cuda::availability().reason;

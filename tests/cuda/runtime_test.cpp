@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "compare.h"
 #include "ember/ember.h"
 
 #ifdef EMBER_WITH_CUDA
@@ -23,6 +24,7 @@
 #endif
 
 using namespace ember;
+using test::ScopedEnv;
 
 namespace {
 
@@ -90,23 +92,6 @@ cudaStream_t raw(const cuda::Stream& s) { return static_cast<cudaStream_t>(s.han
 
 Tensor device_bytes(size_t n) { return empty({static_cast<int64_t>(n)}, kUInt8, Device::cuda()); }
 
-/// Sets (or unsets, with nullptr) an environment variable for its scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_) setenv(name_, old_->c_str(), 1);
-    else unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 }  // namespace
 

@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "backend.h"
+#include "compare.h"
 #include "parity/harness.h"
 
 namespace ember::test {
@@ -154,24 +155,6 @@ Tensor fp8_codes(Device d, const std::vector<int64_t>& shape, int max_code, uint
   return (magnitude + sign).to(kUInt8).view(kFloat8_e4m3fn);
 }
 
-// Sets an environment variable for its lifetime and restores the previous value.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) previous_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (previous_) setenv(name_, previous_->c_str(), 1);
-    else unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> previous_;
-};
 
 // FP8 codes and 128x128 block scales of w [E, N, K], quantised once on the CPU so both devices
 // see the same codes.
