@@ -20,8 +20,9 @@
 //                       above take the rest: f32, odd sizes). At T > 1 their blocks have 1, 2 or 4
 //                       warps (batched_warps).
 //   router_decode_kernel   the decode router: one warp per expert computes the logits (and one
-//                       more the shared expert's gate; at T = 1 its row loaded before the wait for
-//                       the kernel before, x staged once per block), then one block routes every token
+//                       more the shared expert's gate; its row loaded before the wait for the
+//                       kernel before, x staged once per block: at T > 1 every token's row, in a
+//                       kernel of its own), then one block routes every token
 //                       (route_token, as route_kernel): on sm_90 block 0 of a cluster, the logits
 //                       in its shared memory; elsewhere the last block to finish, by a ticket.
 // A decode layer is 3 kernels: router_decode, gate_up, down, each a programmatic dependent launch
@@ -154,15 +155,37 @@
 //       156.27-156.45 -> 154.54-155.39); T=2 unchanged (the rule keeps 4 warps there: 1-warp blocks
 //       had made Qwen3-30B-A3B T=2 FP8 36.9 -> 42.4); but LFM2-8B-A1B T=4 +1.3% (bf16 96.68 ->
 //       97.97-98.06) and +1.4% (FP8 68.44-68.52 -> 69.42-69.47), its gate_up grid at 2.26 waves of
-//       2-warp blocks. (this)
+//       2-warp blocks.
+//   v14 (session 21): the T > 1 router is a kernel of its own (router_decode_kernel<.., true>; the
+//       T = 1 kernel's SASS is unchanged but for its shared memory offsets) that stages every
+//       token's row of x in dynamic shared memory (up to 64 KB) and, where each warp has one row,
+//       loads that row before its wait as at T = 1. Session 20 had found its products ending 18-21
+//       us after the wait at T = 8, x's loads from global memory compiled into a chain of
+//       dependent round trips in main's build; staged, x's loads are shared-memory loads, short
+//       whatever the schedule. And at T = 1 a gate_up grid of more than 6 blocks per SM takes
+//       the kernel built for 7 (one_wave_needs_7_blocks has the numbers). One device call,
+//       main's moe.cu (b437f89) and this one in two libraries of one build, two alternating
+//       runs of moe_bench (H200, us, main -> v14): T=8 Qwen3-30B-A3B bf16 154.91-154.93 ->
+//       144.12-144.14, FP8 102.04-102.18 -> 91.22-91.32; Qwen3.5-35B-A3B bf16 135.55-135.66 ->
+//       128.84-128.87, FP8 94.49-94.81 -> 88.25-88.49; LFM2-8B-A1B bf16 167.00-167.23 ->
+//       156.07-156.23, FP8 118.46-118.56 -> 107.07-107.08; T=16 Qwen3-30B-A3B FP8 185.25-185.42
+//       -> 162.91-162.95; T=2 and T=4 -2 to -8% (Qwen3.5-35B-A3B T=2 unchanged); LFM2-8B-A1B
+//       T = 16 (the grouped path) unchanged; T=1 LFM2-8B-A1B bf16 30.80-30.84 -> 27.43-27.44, FP8
+//       22.18-22.25 -> 19.64-19.72, Qwen3 models within 0.05 us. The call before (trial build:
+//       x staged and rows preloaded at T = 1 too, in one kernel) had T=1 Qwen3.5-35B-A3B bf16
+//       22.4 -> 24.5 us, hence the kernel of its own; and its switch back to x from global memory
+//       at T > 1 was within 1% of staging (Qwen3-30B-A3B T=16 FP8 165.0 vs 163.0, Qwen3.5-35B-A3B
+//       T=8 FP8 86.9 vs 87.8): that build's router_row batched its x loads (at most 7 of its 128-bit
+//       generic loads into one register, against 21 in main's; cuobjdump sm_90a), so most of the
+//       gain is the codegen, which staging keeps whatever ptxas schedules. (this)
 //   Rejected in session 20 (branch s20-trials; one build, a temporary switch, two alternating runs
 //   of moe_bench, H200, us, v12 -> trial):
 //   - T = 1 gate_up_mma at 64 registers (launch bounds of 8 blocks per SM), so a down block fits
 //     beside ~6 gate_up blocks from the start: LFM2-8B-A1B (top-4: down_decode_kernel, 8K
 //     registers a block) bf16 31.06-31.09 -> 28.48-28.49, FP8 22.27-22.41 -> 20.04-20.05, but
 //     Qwen3-30B-A3B bf16 26.08-26.15 -> 26.67-26.74, FP8 17.04-17.09 -> 17.53, Qwen3.5-35B-A3B FP8
-//     17.83-17.89 -> 18.40-18.46 (FP8 spills 36 bytes at 64 registers). A rule for top-4 only was
-//     not tried.
+//     17.83-17.89 -> 18.40-18.46 (FP8 spills 36 bytes at 64 registers). v14 takes 7 blocks per SM
+//     where the grid needs more than 6 for one wave (LFM2-8B-A1B only of the three).
 //   - T > 1 router with every token's row of x staged in (dynamic) shared memory and its rows
 //     preloaded before the wait, as at T = 1: T=8 Qwen3-30B-A3B bf16 145.50-145.53 -> 146.07-146.31,
 //     Qwen3.5-35B-A3B 129.78-130.01 -> 131.83-131.90, T=2 within 0.1 except Qwen3.5-35B-A3B +0.7.
@@ -174,7 +197,7 @@
 //     of its x loads (its longest chain 8 loads into one register, against 17 here and in 3b13c05;
 //     session 18's 2d4ad93 has none, cuobjdump, sm_90a), so its baseline was fast already (T=8 FP8
 //     103.4 us against 113.8 in the other calls' builds). The T >= 2 "machine" spread seen since
-//     session 15 may be this codegen; branch s20-next-router stages x at every T > 1.
+//     session 15 may be this codegen; v14 stages x at every T > 1.
 //   - The router letting gate_up launch only as it ends (T > 1): T=8 within 0.3 us.
 //   Rejected in session 15 (each one build with a temporary switch, alternating runs of moe_bench
 //   1, H200, us, v10 -> trial):
@@ -585,9 +608,14 @@ template <class F> void with_experts_per_lane(int64_t experts, F&& f) {
 constexpr int kRouterWarps = 16, kRouterRows = 4, kRouterLoads = 8, kRouterCluster = 8;
 // The clustered router's logits live in block 0's shared memory: at most this many (T x E).
 constexpr int64_t kRouterSharedLogits = 8192;
-// Bytes of x's row the router stages in shared memory at T = 1 (hidden 4096 in bf16); longer
-// rows are read from global memory by every warp.
-constexpr int64_t kRouterStagedX = 8192;
+// Bytes of x's row the router stages in (static) shared memory at T = 1 (hidden 4096 in bf16),
+// and of every token's row at T > 1 in dynamic shared memory (T = 16 rows of hidden 2048 in
+// bf16); beyond them every warp reads x from global memory.
+constexpr int64_t kRouterStagedX = 8192, kRouterStagedRows = 64 * 1024;
+// Bytes of x the router stages at T > 1 (0: not staged), the kernel's dynamic shared memory.
+__host__ __device__ constexpr int64_t router_staged_rows_bytes(int64_t tokens, int64_t row_bytes) {
+  return row_bytes % 16 == 0 && tokens * row_bytes <= kRouterStagedRows ? tokens * row_bytes : 0;
+}
 
 // order[r] = the r-th pair slot (t * k + j) by (expert, slot): a stable sort of the pairs by
 // expert, one thread per pair (pairs <= the block's threads), ranks counted over the ids in
@@ -687,9 +715,44 @@ __device__ __forceinline__ void router_row_preloaded(const RouteArgs& a, const g
   if (lane == 0) store_router_product(a, 0, r, v, logits);
 }
 
+// Row r at T > 1 when the lane's whole share of it was loaded before the router's wait into w and
+// every token's row of x is staged in shared memory (x, row stride hidden). Tokens go two at a
+// time, so their warp sums overlap.
+constexpr int kPreloadedRowTokens = 2;
+template <class X>
+__device__ __forceinline__ void router_rows_preloaded(const RouteArgs& a, const gmm::Raw8<X> (&w)[kRouterLoads], int64_t r, const X* x,
+                                                      float* logits, int lane) {
+  const int64_t chunks = a.hidden / 8;
+  for (int64_t t0 = 0; t0 < a.tokens; t0 += kPreloadedRowTokens) {
+    const int nr = static_cast<int>(min(int64_t{kPreloadedRowTokens}, a.tokens - t0));
+    float acc[kPreloadedRowTokens];
+#pragma unroll
+    for (int j = 0; j < kPreloadedRowTokens; ++j) {
+      acc[j] = 0.f;
+      if (j >= nr) continue;
+      gmm::Raw8<X> xr[kRouterLoads];  // loaded as a batch before any is used
+#pragma unroll
+      for (int u = 0; u < kRouterLoads; ++u) xr[u] = gmm::load_raw8(x + (t0 + j) * a.hidden + min(int64_t{lane} + u * 32, chunks - 1) * 8);
+#pragma unroll
+      for (int u = 0; u < kRouterLoads; ++u) {
+        float wf[8], xf[8];
+        gmm::unpack8(w[u], wf);
+        gmm::unpack8(xr[u], xf);
+        if (lane + u * 32 < chunks) acc[j] = gmm::dot8(xf, wf, acc[j]);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kPreloadedRowTokens; ++j) {
+      const float v = warp_sum(acc[j]);
+      if (lane == 0 && j < nr) store_router_product(a, t0 + j, r, v, logits);
+    }
+  }
+}
+
 // CLUSTERED: the grid is one cluster (sm_90 only; the code is compiled out below). Otherwise
-// `ticket` picks the block that routes.
-template <int EPL, class X>
+// `ticket` picks the block that routes. kStagedRows: the T > 1 kernel, whose dynamic shared memory
+// holds every token's row of x (router_staged_rows_bytes of it).
+template <int EPL, class X, bool kStagedRows>
 __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteArgs a, const X* __restrict__ router, int64_t r_es,
                                                                          float* __restrict__ logits, unsigned* __restrict__ ticket,
                                                                          int32_t* __restrict__ order, bool clustered) {
@@ -704,14 +767,16 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteA
   if (clustered) __cluster_barrier_arrive_relaxed();
 #endif
   // Launched as a programmatic dependent of the kernel before (which may write x, and may still
-  // read buffers this launch writes). At T = 1 (v9) a warp with a single row of 16-bit weights
-  // that fits one batch loads it into registers before the wait (the weights are no kernel's
-  // output), and after the wait the block reads x's row from L2 once into shared memory, not once
-  // per warp: 16 warps' weight and x reads had been ~128 KB through each of the cluster's 8 SMs.
-  // Otherwise a warp only requests its rows into L2 before the wait, so their HBM round trip
-  // overlaps that kernel's tail.
+  // read buffers this launch writes). A warp with a single row of 16-bit weights that fits one
+  // batch loads it into registers before the wait (the weights are no kernel's output; v9 at
+  // T = 1, v14 at T > 1), and after the wait the block reads x's rows from L2 once into shared
+  // memory, not once per warp: at T = 1 16 warps' weight and x reads had been ~128 KB through each
+  // of the cluster's 8 SMs; at T > 1 the warps' x loads from global memory had compiled, in some
+  // builds, to a chain of dependent L2 round trips (v14's notes). Otherwise a warp only requests
+  // its rows into L2 before the wait, so their HBM round trip overlaps that kernel's tail.
   const int64_t x_bytes = a.hidden * static_cast<int64_t>(sizeof(X));
-  const bool stage_x = a.tokens == 1 && x_bytes <= kRouterStagedX && x_bytes % 16 == 0;
+  const bool stage_x = kStagedRows ? router_staged_rows_bytes(a.tokens, x_bytes) > 0
+                                   : a.tokens == 1 && x_bytes <= kRouterStagedX && x_bytes % 16 == 0;
   const bool preload = stage_x && sizeof(X) == 2 && first < rows && first + step >= rows && a.hidden / 8 <= 32 * kRouterLoads;
   gmm::Raw8<X> row[kRouterLoads];
   if (preload) {
@@ -738,13 +803,27 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteA
   // gate_up's blocks may start (and wait) while this runs: x is final now (gate_up stages it
   // before its own wait at T = 1).
   dependents_may_launch();
-  __shared__ uint4 x_staged[kRouterStagedX / 16];
   const X* x_rows = static_cast<const X*>(a.x);
-  if (stage_x) {
-    const auto* src = static_cast<const uint4*>(a.x);
-    for (int i = threadIdx.x; i < x_bytes / 16; i += blockDim.x) x_staged[i] = src[i];
-    __syncthreads();
-    x_rows = reinterpret_cast<const X*>(x_staged);
+  RouteArgs product = a;  // x_ts: x's row stride where the products read it
+  if constexpr (kStagedRows) {
+    extern __shared__ uint4 staged_rows[];  // [T, hidden] of X
+    if (stage_x) {
+      const int row_vectors = static_cast<int>(x_bytes / 16), vectors = static_cast<int>(a.tokens) * row_vectors;
+      const int64_t x_ts_vectors = a.x_ts * static_cast<int64_t>(sizeof(X)) / 16;
+      const auto* src = static_cast<const uint4*>(a.x);
+      for (int i = threadIdx.x; i < vectors; i += blockDim.x) staged_rows[i] = src[i / row_vectors * x_ts_vectors + i % row_vectors];
+      __syncthreads();
+      x_rows = reinterpret_cast<const X*>(staged_rows);
+      product.x_ts = a.hidden;
+    }
+  } else {
+    __shared__ uint4 x_staged[kRouterStagedX / 16];
+    if (stage_x) {
+      const auto* src = static_cast<const uint4*>(a.x);
+      for (int i = threadIdx.x; i < x_bytes / 16; i += blockDim.x) x_staged[i] = src[i];
+      __syncthreads();
+      x_rows = reinterpret_cast<const X*>(x_staged);
+    }
   }
   // Clustered: every warp writes its logits straight into block 0's shared memory (distributed
   // shared memory), where the routing reads them without a round trip to L2.
@@ -757,9 +836,11 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteA
     logits_out = cg::this_cluster().map_shared_rank(shared_logits, 0);
   }
 #endif
-  if (preload) router_row_preloaded(a, row, first, x_rows, logits_out, lane);
-  else
-    for (int64_t r = first; r < rows; r += step) router_row(a, row_weights(r), r, logits_out, lane, x_rows);
+  if (preload) {
+    if constexpr (kStagedRows) router_rows_preloaded(a, row, first, x_rows, logits_out, lane);
+    else router_row_preloaded(a, row, first, x_rows, logits_out, lane);
+  } else
+    for (int64_t r = first; r < rows; r += step) router_row(product, row_weights(r), r, logits_out, lane, x_rows);
   // The shared gate is done above; route_token must not compute it again.
   RouteArgs route = a;
   route.sg = nullptr;
@@ -1237,8 +1318,9 @@ __device__ __forceinline__ void gate_up_mma_steps(const AB* xs, const float* x_s
 
 // Block (c, slot): channels 8c .. 8c + 7 of pair slot (or of the shared expert of token slot -
 // pairs), as gate_up_decode_kernel's blocks, on tensor cores (kGateUpOnTensorCores<T, WT>).
-template <class T, class WT, int kWarps = kMmaWarps>
-__global__ void __launch_bounds__(kWarps * 32, kGateUpMmaWarpsPerSm / kWarps) gate_up_mma_kernel(DecodeArgs a) {
+// kBlocksPerSm: the launch bounds' resident blocks (one_wave_blocks_per_sm picks 7 at T = 1).
+template <class T, class WT, int kWarps = kMmaWarps, int kBlocksPerSm = kGateUpMmaWarpsPerSm / kWarps>
+__global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm) gate_up_mma_kernel(DecodeArgs a) {
   constexpr bool kFp8 = std::is_same_v<WT, E4m3>;
   extern __shared__ __align__(16) unsigned char decode_smem[];
   __shared__ float partial[kWarps][kMmaChannels][2];
@@ -1636,6 +1718,17 @@ int batched_warps(int64_t blocks, int fewest, int warps_per_sm, int device) {
   return warps;
 }
 
+// At T = 1 gate_up_mma_kernel's blocks (4 warps) are one wave, polling for their pairs' experts as
+// the router picks them, at 6 blocks per SM (80 registers). A grid of more than 6 per SM
+// (LFM2-8B-A1B: 224 channel blocks x 4 pairs = 896 on the H200's 132 SMs) takes the kernel built
+// for 7 (72 registers; 4 bytes of spills for 16-bit weights, 32 for FP8). Measured (session 21,
+// H200, one build, two alternating runs of moe_bench 1, us, 6 -> 7 -> 8 blocks): LFM2-8B-A1B bf16
+// 31.66-31.69 -> 28.50-28.61 -> 28.96-28.97, FP8 22.81-22.88 -> 20.08-20.15 -> 20.22-20.37; the
+// one-wave grids lose with more (Qwen3-30B-A3B, 768 blocks, FP8 17.78 -> 18.07 at 7).
+bool one_wave_needs_7_blocks(int64_t blocks, int device) {
+  return blocks > int64_t{kGateUpMmaWarpsPerSm / kMmaWarps} * device_properties(device).multiProcessorCount;
+}
+
 // Calls f(std::integral_constant<int, w>) for w = warps (1, 2 or 4).
 template <class F> void with_warps(int warps, F&& f) {
   switch (warps) {
@@ -1841,7 +1934,7 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
       with_float(x.dtype(), [&](auto* tag) {
         using X = std::remove_pointer_t<decltype(tag)>;
         if constexpr (!std::is_same_v<X, double>) {
-          const auto kernel = router_decode_kernel<decltype(epl)::value, X>;
+          const auto kernel = t == 1 ? router_decode_kernel<decltype(epl)::value, X, false> : router_decode_kernel<decltype(epl)::value, X, true>;
           // One cluster where the GPU and this binary's code for it allow, every warp has at most one
           // row and the logits fit block 0's shared memory; else a warp per row and a ticket.
           // Measured (H200, session 11, one build, both paths alternating twice, T = 1): Qwen3-30B-A3B
@@ -1853,7 +1946,9 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
           auto* ticket = clustered ? nullptr
                                    : static_cast<unsigned*>(zeroed_stream_scratch(device, stream, ScratchPurpose::MoeRouter, sizeof(unsigned)));
           const int64_t blocks = clustered ? kRouterCluster : (rows + kRouterWarps - 1) / kRouterWarps;
-          DependentLaunch launch(static_cast<unsigned>(blocks), kRouterWarps * 32, 0, stream, pdl);
+          const auto staged_rows = static_cast<size_t>(t == 1 ? 0 : router_staged_rows_bytes(t, hidden * static_cast<int64_t>(sizeof(X))));
+          allow_dynamic_smem(reinterpret_cast<const void*>(kernel), staged_rows);
+          DependentLaunch launch(static_cast<unsigned>(blocks), kRouterWarps * 32, staged_rows, stream, pdl);
           launch.prefer_l1();
           if (clustered) launch.cluster_x(kRouterCluster);
           launch(kernel, ra, static_cast<const X*>(router_weight.raw_data()), router_weight.stride(0), logits.data_ptr<float>(), ticket,
@@ -1905,7 +2000,9 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
             // T > 1: FP8 rows down to 1 warp per block, 16-bit rows to 2 (1 lost to 2 in session 20: LFM2-8B-A1B
             // T=8 bf16 169.8-169.9 vs 166.7 us, Qwen3.5-35B-A3B 134.4-135.1 vs 132.8-133.4).
             const int warps = t == 1 ? kMmaWarps : batched_warps(int64_t{mma_grid.x} * mma_grid.y, fp8 ? 1 : 2, kGateUpMmaWarpsPerSm, device);
-            if (mma)
+            if (mma && t == 1 && one_wave_needs_7_blocks(int64_t{mma_grid.x} * mma_grid.y, device))
+              DependentLaunch(mma_grid, kMmaWarps * 32, mma_smem, stream, pdl).prefer_l1()(gate_up_mma_kernel<T, WT, kMmaWarps, 7>, a);
+            else if (mma)
               with_warps(warps, [&](auto w) {
                 DependentLaunch(mma_grid, w * 32, mma_smem, stream, pdl).prefer_l1()(gate_up_mma_kernel<T, WT, decltype(w)::value>, a);
               });

@@ -497,6 +497,17 @@ void prefer_l1_carveout(const void* kernel, int threads, size_t dynamic_smem) {
   EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
 }
 
+void allow_dynamic_smem(const void* kernel, size_t dynamic_smem) {
+  const int device = current_device();
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, size_t> allowed;  // (kernel, device) -> bytes
+  const std::lock_guard lock(mutex);
+  size_t& bytes = allowed[{kernel, device}];
+  if (dynamic_smem <= bytes) return;
+  EMBER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dynamic_smem)));
+  bytes = dynamic_smem;
+}
+
 }  // namespace cuda
 
 void Tensor::record_stream(const cuda::Stream& stream) const {

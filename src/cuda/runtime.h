@@ -69,4 +69,8 @@ void check_device_error(int device);
 /// 100 KB of shared memory where its 6 blocks need 32 KB). Done again only when the need changes.
 void prefer_l1_carveout(const void* kernel, int threads, size_t dynamic_smem);
 
+/// Lets `kernel` launch with up to `dynamic_smem` bytes of dynamic shared memory on the current
+/// device (above the 48 KB a launch gets without opting in). Done again only when it grows.
+void allow_dynamic_smem(const void* kernel, size_t dynamic_smem);
+
 }  // namespace ember::cuda

@@ -129,6 +129,7 @@ struct LayerConfig {
   bool tied = false;          // a zero router: every logit ties, so every token takes experts 0 .. k-1
   int fp8_codes = 0;          // FP8 experts of random codes up to this magnitude and one scale for all rows (fp8_codes below)
   int batched_warps = 0;      // EMBER_MOE_BATCHED_WARPS: the T > 1 decode mma kernels' warps per block (0: their rule)
+  int64_t x_pad = 0;          // x's rows this many elements apart beyond H (a narrowed view; the padding holds values)
 };
 LayerConfig config(int64_t t, int64_t h, int64_t e, int64_t inter, int64_t k, DType dt = kBFloat16) { return {t, h, e, inter, k, dt}; }
 LayerConfig lfm2(int64_t t) { return {t, 192, 8, 112, 2, kBFloat16, MoeScoring::Sigmoid, true}; }
@@ -142,6 +143,7 @@ LayerConfig without_fast_paths(LayerConfig c) { c.no_fast_paths = true; return c
 LayerConfig tied(LayerConfig c) { c.tied = true; return c; }
 LayerConfig with_batched_warps(LayerConfig c, int warps) { c.batched_warps = warps; return c; }
 LayerConfig with_fp8_codes(LayerConfig c, int max_code) { c.fp8_codes = max_code; return c; }
+LayerConfig with_x_pad(LayerConfig c, int64_t pad) { c.x_pad = pad; return c; }
 
 // FP8 codes of `shape` drawn at random from the finite e4m3 codes of magnitude up to max_code
 // (0x7E: all of them; never the NaN codes 0x7F, 0xFF), so the kernels' FP8 decoding sees every
@@ -176,6 +178,7 @@ std::vector<Tensor> layer_case(Device d, const LayerConfig& c, uint64_t seed) {
   if (c.no_fast_paths) fast_paths.emplace("EMBER_DISABLE_FAST_PATHS", "1");
   auto [x, router] = routed_inputs(d, c.t, c.h, c.e, c.dt, seed);
   if (c.tied) router = zeros({c.e, c.h}, c.dt, d);
+  if (c.x_pad) x = cat({x, randn_on(d, {c.t, c.x_pad}, c.dt, seed + 10)}, 1).narrow(1, 0, c.h);
   MoeExperts ex;
   MoeLayerOptions o;
   o.route.top_k = c.k;
@@ -464,6 +467,16 @@ EMBER_PARITY_CASE(moe_layer_t4_fp8_shared_batched_warps1, {
 EMBER_PARITY_CASE(moe_layer_t4_fp8_shared_batched_warps2, {
   return layer_case(d, with_batched_warps(forced_decode(with_shared(with_fp8(config(4, 256, 16, 128, 8)), 64)), 2), 123);
 });
+// The T > 1 decode router stages every token's row of x in shared memory when they fit in 64 KB:
+// x's rows 16 elements apart beyond H (staged without the gaps), 16 rows of 4 KB (64 KB, above the
+// 48 KB a launch gets without opting in), and 9 rows of 8 KB that do not fit (read from global
+// memory). At T = 1 the gate_up grid beyond 6 blocks per SM (224 channel blocks x 4 pairs = 896 >
+// 6 x 132 on the H200) takes the kernel built for 7 blocks per SM (16-bit and FP8 weights).
+EMBER_PARITY_CASE(moe_layer_t5_strided_x_staged_router, { return layer_case(d, with_x_pad(config(5, 256, 64, 64, 8), 16), 124); });
+EMBER_PARITY_CASE(moe_layer_t16_h2048_staged_router_64k, { return layer_case(d, config(16, 2048, 128, 32, 4), 125); });
+EMBER_PARITY_CASE(moe_layer_t9_h4096_router_unstaged, { return layer_case(d, config(9, 4096, 64, 32, 4), 126); });
+EMBER_PARITY_CASE(moe_layer_t1_inter1792_gate_up_7_blocks, { return layer_case(d, config(1, 256, 8, 1792, 4), 127); });
+EMBER_PARITY_CASE(moe_layer_t1_fp8_inter1792_gate_up_7_blocks, { return layer_case(d, with_fp8(config(1, 256, 8, 1792, 4)), 128); });
 // Exact ties (a zero router): every round of route_token's top-k finds the top key on several
 // lanes, and the lowest expert must win (the reduction over expert ids after the one over keys):
 // at T = 1 and with the pairs ordered by expert at T = 3 in the clustered decode router, with fast
