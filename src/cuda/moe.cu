@@ -464,6 +464,8 @@ struct RouteArgs {
   // as soon as routing round j has chosen it, so gate_up's blocks of pair j start before the
   // router has finished (see poll_expert_ready); zeroed by the next T = 1 router.
   unsigned* expert_ready = nullptr;
+  // The T > 1 decode router: each (row, group of tokens) is one warp's task (router_decode_kernel).
+  int64_t token_groups = 1;
 };
 
 // The flags of expert_ready lie 128 bytes apart: each pair's gate_up blocks poll their own line.
@@ -715,16 +717,16 @@ __device__ __forceinline__ void router_row_preloaded(const RouteArgs& a, const g
   if (lane == 0) store_router_product(a, 0, r, v, logits);
 }
 
-// Row r at T > 1 when the lane's whole share of it was loaded before the router's wait into w and
-// every token's row of x is staged in shared memory (x, row stride hidden). Tokens go two at a
-// time, so their warp sums overlap.
+// Row r against tokens [t_begin, t_end) at T > 1 when the lane's whole share of it was loaded
+// before the router's wait into w and every token's row of x is staged in shared memory (x, row
+// stride hidden). Tokens go two at a time, so their warp sums overlap.
 constexpr int kPreloadedRowTokens = 2;
 template <class X>
 __device__ __forceinline__ void router_rows_preloaded(const RouteArgs& a, const gmm::Raw8<X> (&w)[kRouterLoads], int64_t r, const X* x,
-                                                      float* logits, int lane) {
+                                                      float* logits, int lane, int64_t t_begin, int64_t t_end) {
   const int64_t chunks = a.hidden / 8;
-  for (int64_t t0 = 0; t0 < a.tokens; t0 += kPreloadedRowTokens) {
-    const int nr = static_cast<int>(min(int64_t{kPreloadedRowTokens}, a.tokens - t0));
+  for (int64_t t0 = t_begin; t0 < t_end; t0 += kPreloadedRowTokens) {
+    const int nr = static_cast<int>(min(int64_t{kPreloadedRowTokens}, t_end - t0));
     float acc[kPreloadedRowTokens];
 #pragma unroll
     for (int j = 0; j < kPreloadedRowTokens; ++j) {
@@ -777,10 +779,12 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteA
   const int64_t x_bytes = a.hidden * static_cast<int64_t>(sizeof(X));
   const bool stage_x = kStagedRows ? router_staged_rows_bytes(a.tokens, x_bytes) > 0
                                    : a.tokens == 1 && x_bytes <= kRouterStagedX && x_bytes % 16 == 0;
-  const bool preload = stage_x && sizeof(X) == 2 && first < rows && first + step >= rows && a.hidden / 8 <= 32 * kRouterLoads;
+  // At T > 1 warp `first`'s task is row first % rows against token group first / rows.
+  const int64_t tasks = rows * (kStagedRows ? a.token_groups : 1);
+  const bool preload = stage_x && sizeof(X) == 2 && first < tasks && first + step >= tasks && a.hidden / 8 <= 32 * kRouterLoads;
   gmm::Raw8<X> row[kRouterLoads];
   if (preload) {
-    const X* w = row_weights(first);
+    const X* w = row_weights(kStagedRows ? first % rows : first);
     const int64_t chunks = a.hidden / 8;
 #pragma unroll
     for (int u = 0; u < kRouterLoads; ++u) {
@@ -837,7 +841,10 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteA
   }
 #endif
   if (preload) {
-    if constexpr (kStagedRows) router_rows_preloaded(a, row, first, x_rows, logits_out, lane);
+    if constexpr (kStagedRows) {
+      const int64_t per_group = (a.tokens + a.token_groups - 1) / a.token_groups, t_begin = first / rows * per_group;
+      router_rows_preloaded(a, row, first % rows, x_rows, logits_out, lane, t_begin, min(a.tokens, t_begin + per_group));
+    }
     else router_row_preloaded(a, row, first, x_rows, logits_out, lane);
   } else
     for (int64_t r = first; r < rows; r += step) router_row(product, row_weights(r), r, logits_out, lane, x_rows);
@@ -1941,12 +1948,20 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
           // bf16 28.19-28.22 -> 27.48-27.65 us, FP8 19.77-19.87 -> 19.28-19.32, LFM2-8B-A1B bf16
           // 33.06-33.09 -> 32.26-32.27, FP8 23.19-23.27 -> 22.57-22.66; but Qwen3.5-35B-A3B (256
           // experts + the shared gate: 3 rows on some warps) 25.82 -> 27.69-27.80.
+          const auto staged_rows = static_cast<size_t>(t == 1 ? 0 : router_staged_rows_bytes(t, hidden * static_cast<int64_t>(sizeof(X))));
+          // T > 1 where the rows are preloaded: each warp takes one row against 2 tokens (v15), so the
+          // products spread over ceil(T / 2) times the warps, past one cluster's 128 onto the ticket
+          // path. Measured (session 21, H200, one build, two alternating runs, us, every token per
+          // warp -> 4 -> 2): Qwen3-30B-A3B T=8 bf16 144.26-144.47 -> 142.13-142.58 -> 140.11-140.14,
+          // FP8 91.49-91.59 -> 88.79-88.99 -> 87.11-87.19; T=16 FP8 163.08-163.58 -> 154.26-154.36 ->
+          // 152.78-152.92; Qwen3.5-35B-A3B T=16 FP8 152.76-152.95 -> 142.87-143.29 -> 141.00-141.35.
+          ra.token_groups = staged_rows > 0 && sizeof(X) == 2 && hidden / 8 <= 32 * kRouterLoads ? (t + kPreloadedRowTokens - 1) / kPreloadedRowTokens : 1;
+          const int64_t tasks = rows * ra.token_groups;
           const bool clustered = fast_paths_enabled(device, 90) && kernel_ptx_version(reinterpret_cast<const void*>(kernel), device) >= 90 &&
-                                 rows <= int64_t{kRouterCluster} * kRouterWarps && t * e <= kRouterSharedLogits;
+                                 tasks <= int64_t{kRouterCluster} * kRouterWarps && t * e <= kRouterSharedLogits;
           auto* ticket = clustered ? nullptr
                                    : static_cast<unsigned*>(zeroed_stream_scratch(device, stream, ScratchPurpose::MoeRouter, sizeof(unsigned)));
-          const int64_t blocks = clustered ? kRouterCluster : (rows + kRouterWarps - 1) / kRouterWarps;
-          const auto staged_rows = static_cast<size_t>(t == 1 ? 0 : router_staged_rows_bytes(t, hidden * static_cast<int64_t>(sizeof(X))));
+          const int64_t blocks = clustered ? kRouterCluster : (tasks + kRouterWarps - 1) / kRouterWarps;
           allow_dynamic_smem(reinterpret_cast<const void*>(kernel), staged_rows);
           DependentLaunch launch(static_cast<unsigned>(blocks), kRouterWarps * 32, staged_rows, stream, pdl);
           launch.prefer_l1();
