@@ -22,7 +22,8 @@
 //   router_decode_kernel   the decode router: one warp per expert computes the logits (and one
 //                       more the shared expert's gate; its row loaded before the wait for the
 //                       kernel before, x staged once per block: at T > 1 every token's row, in a
-//                       kernel of its own), then one block routes every token
+//                       kernel of its own whose warps each take a row against 2 tokens), then one
+//                       block routes every token
 //                       (route_token, as route_kernel): on sm_90 block 0 of a cluster, the logits
 //                       in its shared memory; elsewhere the last block to finish, by a ticket.
 // A decode layer is 3 kernels: router_decode, gate_up, down, each a programmatic dependent launch
@@ -177,7 +178,21 @@
 //       at T > 1 was within 1% of staging (Qwen3-30B-A3B T=16 FP8 165.0 vs 163.0, Qwen3.5-35B-A3B
 //       T=8 FP8 86.9 vs 87.8): that build's router_row batched its x loads (at most 7 of its 128-bit
 //       generic loads into one register, against 21 in main's; cuobjdump sm_90a), so most of the
-//       gain is the codegen, which staging keeps whatever ptxas schedules. (this)
+//       gain is the codegen, which staging keeps whatever ptxas schedules.
+//   v15 (session 21): at T > 1 each router warp takes one row against 2 tokens (RouteArgs::
+//       token_groups), not every token: ncu had the T = 8 router at 16 us alone (7.2 at T = 1),
+//       ~63% of its warp stall samples in the products, issue-bound on one cluster's 8 SMs; now
+//       ceil(T / 2) times the warps share them, on the ticket path once they outnumber a cluster's
+//       128. One device call, v14's moe.cu and this one in two libraries of one build, two
+//       alternating runs (H200, us, v14 -> v15): T=8 Qwen3-30B-A3B bf16 143.86-144.03 ->
+//       140.11-140.14, FP8 91.11-91.20 -> 87.11-87.19; Qwen3.5-35B-A3B bf16 128.74-129.03 ->
+//       124.52-124.59, FP8 88.20-88.48 -> 84.49-84.52; LFM2-8B-A1B bf16 156.13-156.19 ->
+//       151.42-151.74, FP8 107.05-107.31 -> 102.66-102.71; T=16 Qwen3-30B-A3B FP8 162.81-163.12 ->
+//       152.78-152.92, Qwen3.5-35B-A3B FP8 152.39-152.71 -> 141.00-141.35; T=4 within 0.6 but
+//       LFM2-8B-A1B bf16 92.5 -> 91.2. T = 2 lost: one group of 2 tokens, v14's split, yet
+//       Qwen3.5-35B-A3B bf16 46.07-46.10 -> 47.17-47.44, FP8 37.09-37.14 -> 38.34-38.47, the other
+//       models +0.3-0.5 (every token per warp in the same build ran T = 2 at the same times, so it
+//       is this build's code for that kernel, not the split). (this)
 //   Rejected in session 20 (branch s20-trials; one build, a temporary switch, two alternating runs
 //   of moe_bench, H200, us, v12 -> trial):
 //   - T = 1 gate_up_mma at 64 registers (launch bounds of 8 blocks per SM), so a down block fits
