@@ -859,8 +859,9 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteA
     if constexpr (kStagedRows) {
       const int64_t per_group = (a.tokens + a.token_groups - 1) / a.token_groups, t_begin = first / rows * per_group;
       router_rows_preloaded(a, row, first % rows, x_rows, logits_out, lane, t_begin, min(a.tokens, t_begin + per_group));
+    } else {
+      router_row_preloaded(a, row, first, x_rows, logits_out, lane);
     }
-    else router_row_preloaded(a, row, first, x_rows, logits_out, lane);
   } else
     for (int64_t r = first; r < rows; r += step) router_row(product, row_weights(r), r, logits_out, lane, x_rows);
   // The shared gate is done above; route_token must not compute it again.
