@@ -22,8 +22,8 @@
 //   router_decode_kernel   the decode router: one warp per expert computes the logits (and one
 //                       more the shared expert's gate; its row loaded before the wait for the
 //                       kernel before, x staged once per block: at T > 1 every token's row, in a
-//                       kernel of its own whose warps each take a row against 2 tokens), then one
-//                       block routes every token
+//                       kernel of its own whose warps each take a row against 1 or 2 tokens),
+//                       then one block routes every token
 //                       (route_token, as route_kernel): on sm_90 block 0 of a cluster, the logits
 //                       in its shared memory; elsewhere the last block to finish, by a ticket.
 // A decode layer is 3 kernels: router_decode, gate_up, down, each a programmatic dependent launch
@@ -192,7 +192,11 @@
 //       LFM2-8B-A1B bf16 92.5 -> 91.2. T = 2 lost: one group of 2 tokens, v14's split, yet
 //       Qwen3.5-35B-A3B bf16 46.07-46.10 -> 47.17-47.44, FP8 37.09-37.14 -> 38.34-38.47, the other
 //       models +0.3-0.5 (every token per warp in the same build ran T = 2 at the same times, so it
-//       is this build's code for that kernel, not the split). (this)
+//       is this build's code for that kernel, not the split). Then 1 token per warp where the
+//       (row, token) tasks fit one wave of 512-thread blocks (call 9, one build, 2 -> 1 token per
+//       warp, us): T=2 -0.1 to -1.0 (Qwen3.5-35B-A3B bf16 47.43-47.56 -> 46.53-46.57, FP8 38.39 ->
+//       37.36), T=4 -0.5 to -1.0, T=8 -0.1 to -0.7, Qwen3-30B-A3B T=16 -0.7 to -1.2; Qwen3.5-35B-A3B
+//       T=16 (two waves at 1) +4.7 to +5.3, so it keeps 2 there. (this)
 //   Rejected in session 20 (branch s20-trials; one build, a temporary switch, two alternating runs
 //   of moe_bench, H200, us, v12 -> trial):
 //   - T = 1 gate_up_mma at 64 registers (launch bounds of 8 blocks per SM), so a down block fits
@@ -1965,13 +1969,20 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
           // 33.06-33.09 -> 32.26-32.27, FP8 23.19-23.27 -> 22.57-22.66; but Qwen3.5-35B-A3B (256
           // experts + the shared gate: 3 rows on some warps) 25.82 -> 27.69-27.80.
           const auto staged_rows = static_cast<size_t>(t == 1 ? 0 : router_staged_rows_bytes(t, hidden * static_cast<int64_t>(sizeof(X))));
-          // T > 1 where the rows are preloaded: each warp takes one row against 2 tokens (v15), so the
-          // products spread over ceil(T / 2) times the warps, past one cluster's 128 onto the ticket
-          // path. Measured (session 21, H200, one build, two alternating runs, us, every token per
-          // warp -> 4 -> 2): Qwen3-30B-A3B T=8 bf16 144.26-144.47 -> 142.13-142.58 -> 140.11-140.14,
-          // FP8 91.49-91.59 -> 88.79-88.99 -> 87.11-87.19; T=16 FP8 163.08-163.58 -> 154.26-154.36 ->
-          // 152.78-152.92; Qwen3.5-35B-A3B T=16 FP8 152.76-152.95 -> 142.87-143.29 -> 141.00-141.35.
-          ra.token_groups = staged_rows > 0 && sizeof(X) == 2 && hidden / 8 <= 32 * kRouterLoads ? (t + kPreloadedRowTokens - 1) / kPreloadedRowTokens : 1;
+          // T > 1 where the rows are preloaded: each warp takes one row against 1 token while those
+          // tasks fit one wave of blocks (one block of 512 threads per SM at 128 registers), else
+          // against 2 (v15), so the products spread over T or ceil(T / 2) times the warps, past one
+          // cluster's 128 onto the ticket path. Measured (session 21, H200, one build each, two
+          // alternating runs, us): every token per warp -> 4 -> 2: Qwen3-30B-A3B T=8 bf16
+          // 144.26-144.47 -> 142.13-142.58 -> 140.11-140.14, FP8 91.49-91.59 -> 88.79-88.99 ->
+          // 87.11-87.19; T=16 FP8 163.08-163.58 -> 154.26-154.36 -> 152.78-152.92; then 2 -> 1:
+          // T=2 Qwen3.5-35B-A3B bf16 47.43-47.56 -> 46.53-46.57, T=4 Qwen3-30B-A3B FP8 55.83-55.92 ->
+          // 54.87-55.05, T=8 FP8 88.76-88.89 -> 88.02-88.06, T=16 bf16 250.64-250.89 -> 249.73; but
+          // Qwen3.5-35B-A3B T=16 (257 rows x 16 tokens: 257 blocks, two waves) FP8 142.76-143.18 ->
+          // 148.02-148.26.
+          const int64_t sms = device_properties(device).multiProcessorCount;
+          const int64_t tokens_per_warp = rows * t <= sms * kRouterWarps ? 1 : kPreloadedRowTokens;
+          ra.token_groups = staged_rows > 0 && sizeof(X) == 2 && hidden / 8 <= 32 * kRouterLoads ? (t + tokens_per_warp - 1) / tokens_per_warp : 1;
           const int64_t tasks = rows * ra.token_groups;
           const bool clustered = fast_paths_enabled(device, 90) && kernel_ptx_version(reinterpret_cast<const void*>(kernel), device) >= 90 &&
                                  tasks <= int64_t{kRouterCluster} * kRouterWarps && t * e <= kRouterSharedLogits;

@@ -470,13 +470,15 @@ EMBER_PARITY_CASE(moe_layer_t4_fp8_shared_batched_warps2, {
 // The T > 1 decode router stages every token's row of x in shared memory when they fit in 64 KB:
 // x's rows 16 elements apart beyond H (staged without the gaps), 16 rows of 4 KB (64 KB, above the
 // 48 KB a launch gets without opting in), and 9 rows of 8 KB that do not fit (read from global
-// memory). Its warps each take a row against 2 tokens: past one cluster's 128 warps on the ticket
-// path (the first two cases: 3 groups of 64 rows, the last of one token; 8 groups of 128), within
-// it on the cluster (T = 4 beside a shared expert above: 2 groups of 16 rows + the gate's).
+// memory). Its warps each take a row against 1 token while rows x T fit one wave of blocks
+// (16 warps per SM), else against 2: past one cluster's 128 warps on the ticket path (the first two
+// cases, 1 token per warp on the H200's 132 SMs; 257 rows x 9 tokens in 5 groups of 2, the last of
+// one token), within it on the cluster (T = 4 beside a shared expert above: 17 rows x 4 tokens).
 // At T = 1 the gate_up grid beyond 6 blocks per SM (224 channel blocks x 4 pairs = 896 >
 // 6 x 132 on the H200) takes the kernel built for 7 blocks per SM (16-bit and FP8 weights).
 EMBER_PARITY_CASE(moe_layer_t5_strided_x_staged_router, { return layer_case(d, with_x_pad(config(5, 256, 64, 64, 8), 16), 124); });
 EMBER_PARITY_CASE(moe_layer_t16_h2048_staged_router_64k, { return layer_case(d, config(16, 2048, 128, 32, 4), 125); });
+EMBER_PARITY_CASE(moe_layer_t9_e256_shared_router_2_tokens_per_warp, { return layer_case(d, with_shared(config(9, 256, 256, 32, 8), 32), 129); });
 EMBER_PARITY_CASE(moe_layer_t9_h4096_router_unstaged, { return layer_case(d, config(9, 4096, 64, 32, 4), 126); });
 EMBER_PARITY_CASE(moe_layer_t1_inter1792_gate_up_7_blocks, { return layer_case(d, config(1, 256, 8, 1792, 4), 127); });
 EMBER_PARITY_CASE(moe_layer_t1_fp8_inter1792_gate_up_7_blocks, { return layer_case(d, with_fp8(config(1, 256, 8, 1792, 4)), 128); });
