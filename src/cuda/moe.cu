@@ -633,6 +633,12 @@ constexpr int64_t kRouterSharedLogits = 8192;
 // and of every token's row at T > 1 in dynamic shared memory (T = 16 rows of hidden 2048 in
 // bf16); beyond them every warp reads x from global memory.
 constexpr int64_t kRouterStagedX = 8192, kRouterStagedRows = 64 * 1024;
+// A warp's router row is loaded into registers before the router's wait when its weights are 16-bit
+// and the lane's share fits one batch of loads (and x is staged); the host's T > 1 token groups
+// need it.
+__host__ __device__ constexpr bool router_row_preloadable(int64_t hidden, size_t x_size) {
+  return x_size == 2 && hidden / 8 <= 32 * kRouterLoads;
+}
 // Bytes of x the router stages at T > 1 (0: not staged), the kernel's dynamic shared memory.
 __host__ __device__ constexpr int64_t router_staged_rows_bytes(int64_t tokens, int64_t row_bytes) {
   return row_bytes % 16 == 0 && tokens * row_bytes <= kRouterStagedRows ? tokens * row_bytes : 0;
@@ -800,7 +806,7 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteA
                                    : a.tokens == 1 && x_bytes <= kRouterStagedX && x_bytes % 16 == 0;
   // At T > 1 warp `first`'s task is row first % rows against token group first / rows.
   const int64_t tasks = rows * (kStagedRows ? a.token_groups : 1);
-  const bool preload = stage_x && sizeof(X) == 2 && first < tasks && first + step >= tasks && a.hidden / 8 <= 32 * kRouterLoads;
+  const bool preload = stage_x && first < tasks && first + step >= tasks && router_row_preloadable(a.hidden, sizeof(X));
   gmm::Raw8<X> row[kRouterLoads];
   if (preload) {
     const X* w = row_weights(kStagedRows ? first % rows : first);
@@ -1982,7 +1988,7 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
           // 148.02-148.26.
           const int64_t sms = device_properties(device).multiProcessorCount;
           const int64_t tokens_per_warp = rows * t <= sms * kRouterWarps ? 1 : kPreloadedRowTokens;
-          ra.token_groups = staged_rows > 0 && sizeof(X) == 2 && hidden / 8 <= 32 * kRouterLoads ? (t + tokens_per_warp - 1) / tokens_per_warp : 1;
+          ra.token_groups = staged_rows > 0 && router_row_preloadable(hidden, sizeof(X)) ? (t + tokens_per_warp - 1) / tokens_per_warp : 1;
           const int64_t tasks = rows * ra.token_groups;
           const bool clustered = fast_paths_enabled(device, 90) && kernel_ptx_version(reinterpret_cast<const void*>(kernel), device) >= 90 &&
                                  tasks <= int64_t{kRouterCluster} * kRouterWarps && t * e <= kRouterSharedLogits;
