@@ -196,7 +196,19 @@
 //       (row, token) tasks fit one wave of 512-thread blocks (call 9, one build, 2 -> 1 token per
 //       warp, us): T=2 -0.1 to -1.0 (Qwen3.5-35B-A3B bf16 47.43-47.56 -> 46.53-46.57, FP8 38.39 ->
 //       37.36), T=4 -0.5 to -1.0, T=8 -0.1 to -0.7, Qwen3-30B-A3B T=16 -0.7 to -1.2; Qwen3.5-35B-A3B
-//       T=16 (two waves at 1) +4.7 to +5.3, so it keeps 2 there. (this)
+//       T=16 (two waves at 1) +4.7 to +5.3, so it keeps 2 there.
+//   v16 (session 22): the down kernels' grid has the tokens as x (down_grid), so the blocks of one
+//       output group run together and tokens whose pairs share an expert read its rows about at
+//       once, the later ones from L2; before, a token's blocks all ran before the next token's
+//       (ncu, session 21: T = 8 down read about every pair's rows from HBM, where gate_up, in the
+//       router's expert order, read each distinct expert once). One device call, main's moe.cu
+//       (eb522ee) and this one in two libraries of one build, two alternating runs of moe_bench
+//       (H200, us, best of two, main -> v16): Qwen3-30B-A3B T=16 bf16 249.05 -> 234.57, FP8 151.95
+//       -> 147.13, T=8 140.73 -> 139.56, FP8 86.55 -> 85.10, T=4 FP8 54.27 -> 53.62; LFM2-8B-A1B
+//       bf16 T=4 91.48 -> 89.70, T=8 152.33 -> 149.92; Qwen3.5-35B-A3B FP8 T=16 141.27 -> 139.29,
+//       T=8 84.25 -> 83.68; but Qwen3.5-35B-A3B bf16 T=8 125.26 -> 126.55 and T=16 222.15 ->
+//       223.25 (E = 256: few shared experts), LFM2-8B-A1B FP8 T=8 102.17 -> 102.72; T=2 within
+//       0.6%; geomean over the 24 cases of T 2..16 0.993. (this)
 //   Rejected in session 20 (branch s20-trials; one build, a temporary switch, two alternating runs
 //   of moe_bench, H200, us, v12 -> trial):
 //   - T = 1 gate_up_mma at 64 registers (launch bounds of 8 blocks per SM), so a down block fits
@@ -1501,7 +1513,7 @@ __global__ void __launch_bounds__(kDownMaxWarps * 32, 2) down_decode_kernel(Deco
   constexpr int O = kDownOutputs;
   __shared__ float partial[kDownMaxWarps][O];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * O, t = blockIdx.y, pairs = a.tokens * a.k;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * O, t = blockIdx.x, pairs = a.tokens * a.k;  // see down_grid
   const int valid = static_cast<int>(min(int64_t{O}, a.hidden - n0));
   float acc[O] = {}, dots[O];
   for (int j = warp; j < a.k + (a.shared ? 1 : 0); j += warps) {
@@ -1675,7 +1687,7 @@ __global__ void __launch_bounds__(kWarps * 32, kDownMmaWarpsPerSm / kWarps) down
   dependents_may_launch();  // the next layer's router may start: it waits before touching memory
   __shared__ float partial[kWarps][kDownMmaOutputs];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kDownMmaOutputs, t = blockIdx.y, pairs = a.tokens * a.k;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kDownMmaOutputs, t = blockIdx.x, pairs = a.tokens * a.k;  // see down_grid
   const bool holder = q == g / 2;  // this lane holds pair g's diagonal elements
   const int last = static_cast<int>(min(int64_t{kDownMmaOutputs}, a.hidden - n0)) - 1;  // rows past the matrix repeat its last
   const int routed_groups = (a.k + 7) / 8, groups = routed_groups + (a.shared ? 1 : 0);
@@ -1760,6 +1772,14 @@ int batched_warps(int64_t blocks, int fewest, int warps_per_sm, int device) {
 // one-wave grids lose with more (Qwen3-30B-A3B, 768 blocks, FP8 17.78 -> 18.07 at 7).
 bool one_wave_needs_7_blocks(int64_t blocks, int device) {
   return blocks > int64_t{kGateUpMmaWarpsPerSm / kMmaWarps} * device_properties(device).multiProcessorCount;
+}
+
+// The down kernels' grid: block (t, o) takes outputs o * outputs .. of token t. Tokens are x, so
+// the blocks of one output group run together and the tokens whose pairs share an expert read its
+// rows at about the same time, the later ones from L2 (gate_up gets the same from the router's
+// expert order). y <= 65535 holds: decode_fits keeps hidden within kDecodeSmemMax / 2 elements.
+dim3 down_grid(int64_t hidden, int outputs, int64_t tokens) {
+  return dim3(static_cast<unsigned>(tokens), static_cast<unsigned>((hidden + outputs - 1) / outputs));
 }
 
 // Calls f(std::integral_constant<int, w>) for w = warps (1, 2 or 4).
@@ -2060,7 +2080,7 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
           if constexpr (kDownOnTensorCores<T, WT>) {
             down_mma = k >= kDownMmaMinTopK && inter * static_cast<int64_t>(sizeof(WT)) % kMmaStepBytes == 0 &&
                        (!shared || s_inter * static_cast<int64_t>(sizeof(T)) % kMmaStepBytes == 0);
-            const dim3 grid(static_cast<unsigned>((hidden + kDownMmaOutputs - 1) / kDownMmaOutputs), static_cast<unsigned>(t));
+            const dim3 grid = down_grid(hidden, kDownMmaOutputs, t);
             // T > 1: FP8 rows down to 1 warp per block; 16-bit rows keep 4 (session 20, 1 warp at T=8 bf16:
             // Qwen3-30B-A3B +0.3 us alone, +2.3 with 2-warp gate_up; Qwen3.5-35B-A3B -4.7; so not a rule yet).
             const int warps = t == 1 ? kDownMmaWarps : batched_warps(int64_t{grid.x} * grid.y, fp8 ? 1 : 4, kDownMmaWarpsPerSm, device);
@@ -2070,7 +2090,7 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
               });
           }
           if (!down_mma) {
-            const dim3 grid(static_cast<unsigned>((hidden + kDownOutputs - 1) / kDownOutputs), static_cast<unsigned>(t));
+            const dim3 grid = down_grid(hidden, kDownOutputs, t);
             DependentLaunch(grid, down_threads, 0, stream, pdl).prefer_l1()(down_decode_kernel<T, WT>, a);
           }
         };
