@@ -22,8 +22,9 @@
 //   router_decode_kernel   the decode router: one warp per expert computes the logits (and one
 //                       more the shared expert's gate; its row loaded before the wait for the
 //                       kernel before, x staged once per block: at T > 1 every token's row, in a
-//                       kernel of its own whose warps each take a row against 1 or 2 tokens),
-//                       then one block routes every token
+//                       kernel of its own whose warps each take a row against 1 or 2 tokens;
+//                       router_mma_kernel at T = 2..16 with 16-bit x: 16 rows against every
+//                       token per block on tensor cores), then one block routes every token
 //                       (route_token, as route_kernel): on sm_90 block 0 of a cluster, the logits
 //                       in its shared memory; elsewhere the last block to finish, by a ticket.
 // A decode layer is 3 kernels: router_decode, gate_up, down, each a programmatic dependent launch
@@ -208,7 +209,13 @@
 //       bf16 T=4 91.48 -> 89.70, T=8 152.33 -> 149.92; Qwen3.5-35B-A3B FP8 T=16 141.27 -> 139.29,
 //       T=8 84.25 -> 83.68; but Qwen3.5-35B-A3B bf16 T=8 125.26 -> 126.55 and T=16 222.15 ->
 //       223.25 (E = 256: few shared experts), LFM2-8B-A1B FP8 T=8 102.17 -> 102.72; T=2 within
-//       0.6%; geomean over the 24 cases of T 2..16 0.993. (this)
+//       0.6%; geomean over the 24 cases of T 2..16 0.993.
+//   v17 (session 22): the T > 1 router on tensor cores (router_mma_kernel) for 16-bit x, T <= 16:
+//       a block per 16 router rows, its warps splitting H, every token's x staged as one batch of
+//       loads per thread; a cluster where the blocks fit one. ncu (session 22, v16) had the T > 1
+//       router alone at 9.0-9.5 us (T=2), 11.4-12.1 (T=8) and 15.0-16.4 (T=16) against 7.2-7.6 at
+//       T = 1; router_mma_kernel 7.5-8.2, 8.8-9.6, 11.2-11.9. Layer numbers at the launch rule in
+//       moe_layer: every T = 2..16 decode case faster, Qwen3.5-35B-A3B FP8 T=8 83.6 -> 78.8 us. (this)
 //   Rejected in session 20 (branch s20-trials; one build, a temporary switch, two alternating runs
 //   of moe_bench, H200, us, v12 -> trial):
 //   - T = 1 gate_up_mma at 64 registers (launch bounds of 8 blocks per SM), so a down block fits
@@ -470,6 +477,17 @@ __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
   return v;
+}
+
+// Warp `warp` of `warps`' share [begin, end) of a row's `steps` steps (64 bytes in the decode
+// kernels, 32 elements in the tensor-core router): equal contiguous ranges, the last ones shorter
+// or empty.
+struct StepRange {
+  int begin, end;
+};
+__device__ __forceinline__ StepRange warp_steps(int steps, int warps, int warp) {
+  const int per = (steps + warps - 1) / warps, begin = min(steps, warp * per);
+  return {begin, min(steps, begin + per)};
 }
 
 // ---- routing ------------------------------------------------------------------------------------
@@ -788,6 +806,40 @@ __device__ __forceinline__ void router_rows_preloaded(const RouteArgs& a, const 
   }
 }
 
+// The decode router's end, once each block has stored its products (clustered: into block 0's
+// shared_logits): block 0 of the cluster, or the last block to finish by the ticket (after a
+// GPU-scope fence), routes every token, a warp each, and at T > 1 orders the pairs by expert for
+// gate_up. The shared gate is one of the products, so route_token does not compute it again.
+template <int EPL, class X>
+__device__ __forceinline__ void route_decode_tokens(const RouteArgs& a, float* shared_logits, unsigned* ticket, int32_t* order,
+                                                    bool clustered) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  RouteArgs route = a;
+  route.sg = nullptr;
+  if (clustered) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cooperative_groups::this_cluster().sync();  // barrier.cluster arrive (release) + wait (acquire): every logit is written
+    if (blockIdx.x != 0) return;
+    route.logits = shared_logits;
+    for (int64_t t = warp; t < a.tokens; t += kRouterWarps) route_token<EPL, float, X, true>(route, t, lane);
+#else
+    __trap();  // never launched so: the host checks kernel_ptx_version
+#endif
+  } else {
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int64_t t = warp; t < a.tokens; t += kRouterWarps) route_token<EPL, float, X>(route, t, lane);
+  }
+  __syncthreads();
+  if (order) order_pairs_by_expert(a.ids, static_cast<int>(a.tokens * a.k), order);
+  if (!clustered && threadIdx.x == 0) *ticket = 0;  // zero again for the next launch on this stream
+}
+
 // CLUSTERED: the grid is one cluster (sm_90 only; the code is compiled out below). Otherwise
 // `ticket` picks the block that routes. kStagedRows: the T > 1 kernel, whose dynamic shared memory
 // holds every token's row of x (router_staged_rows_bytes of it).
@@ -886,31 +938,127 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteA
     }
   } else
     for (int64_t r = first; r < rows; r += step) router_row(product, row_weights(r), r, logits_out, lane, x_rows);
-  // The shared gate is done above; route_token must not compute it again.
-  RouteArgs route = a;
-  route.sg = nullptr;
-  if (clustered) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    cg::this_cluster().sync();  // barrier.cluster arrive (release) + wait (acquire): every logit is written
-    if (blockIdx.x != 0) return;
-    route.logits = shared_logits;
-    for (int64_t t = warp; t < a.tokens; t += kRouterWarps) route_token<EPL, float, X, true>(route, t, lane);
+  route_decode_tokens<EPL, X>(a, shared_logits, ticket, order, clustered);
 #else
-    __trap();  // never launched so: the host checks kernel_ptx_version
+  route_decode_tokens<EPL, X>(a, nullptr, ticket, order, clustered);
 #endif
-  } else {
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int64_t t = warp; t < a.tokens; t += kRouterWarps) route_token<EPL, float, X>(route, t, lane);
+}
+
+// The T > 1 decode router on tensor cores, for 16-bit x and router rows of whole 32-element steps,
+// every token's row of x staged (T <= 16): block b takes rows 16b .. 16b + 15 (the experts' rows,
+// then the shared gate's; rows past the last repeat it, unstored) against every token, as
+// mma.sync m16n8k16 (A: the 16 rows, B: 8 tokens' x, one or two tiles of 8 tokens), its 16 warps
+// splitting the hidden dimension into equal runs of steps. Thread (g, q) loads chunk q (16 bytes)
+// of each step of rows g and g + 8 and the same chunk of token g's x: the k order inside an mma is
+// the thread's own in A and B. A warp's first batch of steps is loaded before the wait, as the
+// scalar router's preloaded rows are. The warps' sums meet in shared memory, added in a fixed
+// order; then block 0 of the cluster, or the last block by the ticket, routes every token as
+// router_decode_kernel's end does. Where the scalar kernel had a warp per (row, token), this one
+// reads x and the rows' chunks once per 16 rows x 8 tokens.
+constexpr int kRouterMmaRows = 16, kRouterMmaSteps = 4, kRouterMmaTokens = 16;
+__host__ __device__ constexpr int64_t router_mma_partials_bytes() { return int64_t{kRouterWarps} * kRouterMmaRows * kRouterMmaTokens * 4; }
+
+template <int EPL, class X>
+__global__ void __launch_bounds__(kRouterWarps * 32) router_mma_kernel(RouteArgs a, const X* __restrict__ router, int64_t r_es,
+                                                                      float* __restrict__ logits, unsigned* __restrict__ ticket,
+                                                                      int32_t* __restrict__ order, bool clustered) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, q = lane % 4;
+  const int64_t rows = a.experts + (a.sg ? 1 : 0), r0 = static_cast<int64_t>(blockIdx.x) * kRouterMmaRows;
+  const auto row_weights = [&](int64_t r) { return r < a.experts ? router + r * r_es : static_cast<const X*>(a.gate); };
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (clustered) __cluster_barrier_arrive_relaxed();  // as in router_decode_kernel
+#endif
+  // Chunk q of step s of rows g and g + 8 (of this block's 16) at ra[s], rb[s].
+  const uint4* ra = reinterpret_cast<const uint4*>(row_weights(min(r0 + g, rows - 1))) + q;
+  const uint4* rb = reinterpret_cast<const uint4*>(row_weights(min(r0 + g + 8, rows - 1))) + q;
+  const auto [s_begin, s_end] = warp_steps(static_cast<int>(a.hidden / 32), kRouterWarps, warp);
+  uint4 wa[kRouterMmaSteps], wb[kRouterMmaSteps];
+  const auto load_batch = [&](int s, int n) {
+#pragma unroll
+    for (int l = 0; l < kRouterMmaSteps; ++l) {
+      wa[l] = l < n ? ra[4 * (s + l)] : make_uint4(0, 0, 0, 0);
+      wb[l] = l < n ? rb[4 * (s + l)] : make_uint4(0, 0, 0, 0);
+    }
+  };
+  int s = s_begin, n = min(kRouterMmaSteps, s_end - s);
+  load_batch(s, n);  // the router's rows are no kernel's output
+  wait_for_previous_kernel();
+  dependents_may_launch();  // as in router_decode_kernel: x is final
+  // Every token's row of x in dynamic shared memory (row stride hidden), then the warps' partial sums.
+  // All of it as one batch of loads per thread (a loop of load-then-store pairs is a chain of L2
+  // round trips, 8 at T = 16 and hidden 2048).
+  extern __shared__ uint4 staged_rows[];
+  const int64_t x_bytes = a.hidden * static_cast<int64_t>(sizeof(X));
+  {
+    constexpr int kStageLoads = kRouterStagedRows / 16 / (kRouterWarps * 32);
+    const int row_vectors = static_cast<int>(x_bytes / 16), vectors = static_cast<int>(a.tokens) * row_vectors;
+    const int64_t x_ts_vectors = a.x_ts * static_cast<int64_t>(sizeof(X)) / 16;
+    const auto* src = static_cast<const uint4*>(a.x);
+    uint4 v[kStageLoads];
+#pragma unroll
+    for (int u = 0; u < kStageLoads; ++u) {
+      const int i = threadIdx.x + u * kRouterWarps * 32;
+      if (i < vectors) v[u] = src[i / row_vectors * x_ts_vectors + i % row_vectors];
+    }
+#pragma unroll
+    for (int u = 0; u < kStageLoads; ++u) {
+      const int i = threadIdx.x + u * kRouterWarps * 32;
+      if (i < vectors) staged_rows[i] = v[u];
+    }
   }
+  const X* xs = reinterpret_cast<const X*>(staged_rows);
+  auto* partial = reinterpret_cast<float(*)[kRouterMmaRows][kRouterMmaTokens]>(reinterpret_cast<char*>(staged_rows) + a.tokens * x_bytes);
   __syncthreads();
-  if (order) order_pairs_by_expert(a.ids, static_cast<int>(a.tokens * a.k), order);
-  if (!clustered && threadIdx.x == 0) *ticket = 0;  // zero again for the next launch on this stream
+  const int tiles = a.tokens > 8 ? 2 : 1;
+  float acc[2][4] = {};
+  while (n > 0) {
+#pragma unroll
+    for (int l = 0; l < kRouterMmaSteps; ++l) {
+      if (l >= n) break;
+      const uint32_t a0[4] = {wa[l].x, wb[l].x, wa[l].y, wb[l].y}, a1[4] = {wa[l].z, wb[l].z, wa[l].w, wb[l].w};
+#pragma unroll
+      for (int tile = 0; tile < 2; ++tile) {
+        if (tile >= tiles) break;
+        const int64_t token = tile * 8 + g;
+        const uint4 xv = token < a.tokens ? *reinterpret_cast<const uint4*>(xs + token * a.hidden + (s + l) * 32 + q * 8) : make_uint4(0, 0, 0, 0);
+        mma16816<X>(acc[tile], a0, xv.x, xv.y);
+        mma16816<X>(acc[tile], a1, xv.z, xv.w);
+      }
+    }
+    s += n;
+    n = min(kRouterMmaSteps, s_end - s);
+    if (n > 0) load_batch(s, n);
+  }
+#pragma unroll
+  for (int tile = 0; tile < 2; ++tile) {  // D[g][2q..2q+1] and D[g + 8][2q..2q+1] of each tile
+    partial[warp][g][tile * 8 + 2 * q] = acc[tile][0];
+    partial[warp][g][tile * 8 + 2 * q + 1] = acc[tile][1];
+    partial[warp][g + 8][tile * 8 + 2 * q] = acc[tile][2];
+    partial[warp][g + 8][tile * 8 + 2 * q + 1] = acc[tile][3];
+  }
+  float* logits_out = logits;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __shared__ float shared_logits[kRouterSharedLogits];
+  namespace cg = cooperative_groups;
+  if (clustered) {
+    cg::this_cluster().barrier_wait();
+    logits_out = cg::this_cluster().map_shared_rank(shared_logits, 0);
+  }
+#endif
+  __syncthreads();
+  for (int i = threadIdx.x; i < kRouterMmaRows * kRouterMmaTokens; i += blockDim.x) {
+    const int row = i / kRouterMmaTokens, token = i % kRouterMmaTokens;
+    if (token >= a.tokens || r0 + row >= rows) continue;
+    float v = 0.f;
+    for (int w = 0; w < kRouterWarps; ++w) v += partial[w][row][token];
+    store_router_product(a, token, r0 + row, v, logits_out);
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  route_decode_tokens<EPL, X>(a, shared_logits, ticket, order, clustered);
+#else
+  route_decode_tokens<EPL, X>(a, nullptr, ticket, order, clustered);
+#endif
 }
 
 // ---- permutation ----------------------------------------------------------------------------------
@@ -1254,16 +1402,6 @@ template <class WT> constexpr int kMmaSteps = sizeof(WT) == 1 ? 2 : 4;
 constexpr int kGateUpMmaWarpsPerSm = 6 * kMmaWarps;  // resident warps per SM at any block size (launch bounds)
 constexpr int kMmaChannels = 8;    // channels per block (gate and up rows: the 16 rows of A)
 constexpr int kMmaStepBytes = 64;  // a row's bytes per step: 16 per thread q
-
-// Warp `warp` of `warps`' share [begin, end) of a row's `steps` 64-byte steps: equal contiguous
-// ranges, the last ones shorter or empty.
-struct StepRange {
-  int begin, end;
-};
-__device__ __forceinline__ StepRange warp_steps(int steps, int warps, int warp) {
-  const int per = (steps + warps - 1) / warps, begin = min(steps, warp * per);
-  return {begin, min(steps, begin + per)};
-}
 
 /// The mma kernel takes weights of a 16-bit type equal to x's, or FP8, whose rows are whole steps
 /// (the shared expert, in x's type, then too: its rows hold twice the bytes).
@@ -1988,6 +2126,37 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
         using X = std::remove_pointer_t<decltype(tag)>;
         if constexpr (!std::is_same_v<X, double>) {
           const auto kernel = t == 1 ? router_decode_kernel<decltype(epl)::value, X, false> : router_decode_kernel<decltype(epl)::value, X, true>;
+          const auto x_row = hidden * static_cast<int64_t>(sizeof(X));
+          // T > 1 with 16-bit x where every token's row of x is staged: the tensor-core router, a
+          // block per 16 rows, one cluster where those blocks fit one (E <= 128 without a shared
+          // gate), else the ticket. Measured against the scalar kernel below (session 22, H200, one
+          // build, a temporary switch, two alternating runs of moe_bench, us): T=2 Qwen3-30B-A3B
+          // bf16 48.59-48.61 -> 46.77-47.05, Qwen3.5-35B-A3B bf16 46.40-46.47 -> 43.26-43.28, FP8
+          // 37.34-37.39 -> 33.99-34.09; T=8 Qwen3-30B-A3B bf16 139.05-139.34 -> 136.98-137.33, FP8
+          // 85.03-85.45 -> 83.01-83.26, Qwen3.5-35B-A3B bf16 125.45-125.79 -> 121.15-121.56, FP8
+          // 83.57-83.71 -> 78.77-78.89, LFM2-8B-A1B FP8 102.72-103.17 -> 100.66-101.10; T=16
+          // Qwen3-30B-A3B FP8 146.72-147.19 -> 143.04-143.58, Qwen3.5-35B-A3B FP8 139.45-139.64 ->
+          // 132.99-133.42; every T = 2..16 decode case faster (LFM2-8B-A1B T=16 takes the grouped
+          // path). ncu, Qwen3-30B-A3B bf16, the router alone: T=2 9.0-9.5 -> 7.5-8.2 us, T=8
+          // 11.4-12.1 -> 8.8-9.6, T=16 15.0-16.4 -> 11.2-11.9.
+          if constexpr (sizeof(X) == 2) {
+            if (t > 1 && t <= kRouterMmaTokens && hidden % 32 == 0 && router_staged_rows_bytes(t, x_row) > 0) {
+              const auto mma_kernel = router_mma_kernel<decltype(epl)::value, X>;
+              const int64_t blocks = (rows + kRouterMmaRows - 1) / kRouterMmaRows;
+              const bool clustered = fast_paths_enabled(device, 90) && kernel_ptx_version(reinterpret_cast<const void*>(mma_kernel), device) >= 90 &&
+                                     blocks <= kRouterCluster && t * e <= kRouterSharedLogits;
+              auto* ticket = clustered ? nullptr
+                                       : static_cast<unsigned*>(zeroed_stream_scratch(device, stream, ScratchPurpose::MoeRouter, sizeof(unsigned)));
+              const auto smem = static_cast<size_t>(router_staged_rows_bytes(t, x_row) + router_mma_partials_bytes());
+              allow_dynamic_smem(reinterpret_cast<const void*>(mma_kernel), smem);
+              DependentLaunch launch(static_cast<unsigned>(blocks), kRouterWarps * 32, smem, stream, pdl);
+              launch.prefer_l1();
+              if (clustered) launch.cluster_x(static_cast<unsigned>(blocks));
+              launch(mma_kernel, ra, static_cast<const X*>(router_weight.raw_data()), router_weight.stride(0), logits.data_ptr<float>(), ticket,
+                     pair_order.data_ptr<int32_t>(), clustered);
+              return;
+            }
+          }
           // One cluster where the GPU and this binary's code for it allow, every warp has at most one
           // row and the logits fit block 0's shared memory; else a warp per row and a ticket.
           // Measured (H200, session 11, one build, both paths alternating twice, T = 1): Qwen3-30B-A3B

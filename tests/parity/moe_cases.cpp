@@ -470,16 +470,25 @@ EMBER_PARITY_CASE(moe_layer_t4_fp8_shared_batched_warps2, {
 // The T > 1 decode router stages every token's row of x in shared memory when they fit in 64 KB:
 // x's rows 16 elements apart beyond H (staged without the gaps), 16 rows of 4 KB (64 KB, above the
 // 48 KB a launch gets without opting in), and 9 rows of 8 KB that do not fit (read from global
-// memory). Its warps each take a row against 1 token while rows x T fit one wave of blocks
-// (16 warps per SM), else against 2: past one cluster's 128 warps on the ticket path (the first two
-// cases, 1 token per warp on the H200's 132 SMs; 257 rows x 9 tokens in 5 groups of 2, the last of
-// one token), within it on the cluster (T = 4 beside a shared expert above: 17 rows x 4 tokens).
+// memory). With 16-bit x, T <= 16, the rows staged and H a multiple of 32 it is router_mma_kernel, a
+// block per 16 router rows: 257 rows x 9 tokens (17 blocks on the ticket path, the second tile of 8
+// tokens holding one), hidden 4096 at T = 4 (8 steps per warp in two batches of loads, the second
+// after the wait), E = 48 + a shared gate (a cluster of 4 blocks, the last holding the gate's row
+// and 15 repeats of it). Otherwise (f32, not staged, H % 32 != 0, T > 16) router_decode_kernel,
+// whose warps each take a row against 1 token while rows x T fit one wave of blocks (16 warps per
+// SM), else against 2: H = 200 at T = 3 (one cluster), 64 rows x 17 tokens (1 token per warp on the
+// H200's 132 SMs, the ticket path), 128 rows x 20 tokens (2 tokens per warp).
 // At T = 1 the gate_up grid beyond 6 blocks per SM (224 channel blocks x 4 pairs = 896 >
 // 6 x 132 on the H200) takes the kernel built for 7 blocks per SM (16-bit and FP8 weights).
 EMBER_PARITY_CASE(moe_layer_t5_strided_x_staged_router, { return layer_case(d, with_x_pad(config(5, 256, 64, 64, 8), 16), 124); });
 EMBER_PARITY_CASE(moe_layer_t16_h2048_staged_router_64k, { return layer_case(d, config(16, 2048, 128, 32, 4), 125); });
-EMBER_PARITY_CASE(moe_layer_t9_e256_shared_router_2_tokens_per_warp, { return layer_case(d, with_shared(config(9, 256, 256, 32, 8), 32), 129); });
 EMBER_PARITY_CASE(moe_layer_t9_h4096_router_unstaged, { return layer_case(d, config(9, 4096, 64, 32, 4), 126); });
+EMBER_PARITY_CASE(moe_layer_t9_e256_shared_mma_router_ticket, { return layer_case(d, with_shared(config(9, 256, 256, 32, 8), 32), 129); });
+EMBER_PARITY_CASE(moe_layer_t4_h4096_mma_router_two_batches, { return layer_case(d, config(4, 4096, 32, 32, 4), 130); });
+EMBER_PARITY_CASE(moe_layer_t3_e48_shared_mma_router_gate_block, { return layer_case(d, with_shared(config(3, 256, 48, 32, 4), 32), 131); });
+EMBER_PARITY_CASE(moe_layer_t3_h200_scalar_router, { return layer_case(d, config(3, 200, 16, 32, 4), 132); });
+EMBER_PARITY_CASE(moe_layer_t17_e64_scalar_router_1_token_per_warp, { return layer_case(d, forced_decode(config(17, 256, 64, 32, 4)), 133); });
+EMBER_PARITY_CASE(moe_layer_t20_e128_scalar_router_2_tokens_per_warp, { return layer_case(d, config(20, 256, 128, 32, 4), 134); });
 EMBER_PARITY_CASE(moe_layer_t1_inter1792_gate_up_7_blocks, { return layer_case(d, config(1, 256, 8, 1792, 4), 127); });
 EMBER_PARITY_CASE(moe_layer_t1_fp8_inter1792_gate_up_7_blocks, { return layer_case(d, with_fp8(config(1, 256, 8, 1792, 4)), 128); });
 // Exact ties (a zero router): every round of route_token's top-k finds the top key on several
