@@ -216,6 +216,15 @@
 //       router alone at 9.0-9.5 us (T=2), 11.4-12.1 (T=8) and 15.0-16.4 (T=16) against 7.2-7.6 at
 //       T = 1; router_mma_kernel 7.5-8.2, 8.8-9.6, 11.2-11.9. Layer numbers at the launch rule in
 //       moe_layer: every T = 2..16 decode case faster, Qwen3.5-35B-A3B FP8 T=8 83.6 -> 78.8 us. (this)
+//   Rejected in session 22 (branch s22-trials; one build, main's moe.cu and the trial in two
+//   libraries, two alternating runs of moe_bench, H200, us, v17 -> trial):
+//   - x staged by cp.async in the gate_up kernels (stage_row, stage_x_f16 converting in place), so a
+//     T > 1 pair block waits one L2 round trip, not a chain of 4 (hidden 2048, 2-warp blocks),
+//     before its first weight loads (batches of register loads had made ptxas spill 28-56 bytes in
+//     every gate_up_mma loop; cp.async left the registers as they were). Slower at every T: T=1
+//     Qwen3-30B-A3B bf16 24.81-24.87 -> 26.70-26.78, FP8 17.18-17.26 -> 18.75-18.86; T=8 bf16
+//     138.08-138.11 -> 140.99-141.02, FP8 84.48-84.54 -> 92.08-92.12, LFM2-8B-A1B FP8 100.8 ->
+//     110.2; T=16 FP8 144.3 -> 153.2-153.4. Not traced.
 //   Rejected in session 20 (branch s20-trials; one build, a temporary switch, two alternating runs
 //   of moe_bench, H200, us, v12 -> trial):
 //   - T = 1 gate_up_mma at 64 registers (launch bounds of 8 blocks per SM), so a down block fits
