@@ -860,6 +860,29 @@ __device__ __forceinline__ void route_decode_tokens(const RouteArgs& a, float* s
   if (!clustered && threadIdx.x == 0) *ticket = 0;  // zero again for the next launch on this stream
 }
 
+// Every token's row of x into dst (row stride hidden) at T > 1, router_staged_rows_bytes of it
+// (<= kRouterStagedRows), by a block of kRouterWarps warps: each thread's share as one batch of 8
+// loads. A loop of load-then-store pairs was a chain of L2 round trips, 8 at T = 16 and hidden
+// 2048 (session 22, call 3: router_mma_kernel staging so lost to the scalar kernel at Qwen3-30B-A3B
+// T=16 bf16, 234.4 -> 235.7 us; staged in one batch it gained). The caller's barrier follows.
+template <class X> __device__ __forceinline__ void stage_token_rows(const RouteArgs& a, uint4* dst) {
+  constexpr int kLoads = kRouterStagedRows / 16 / (kRouterWarps * 32);
+  const int row_vectors = static_cast<int>(a.hidden * static_cast<int64_t>(sizeof(X)) / 16), vectors = static_cast<int>(a.tokens) * row_vectors;
+  const int64_t x_ts_vectors = a.x_ts * static_cast<int64_t>(sizeof(X)) / 16;
+  const auto* src = static_cast<const uint4*>(a.x);
+  uint4 v[kLoads];
+#pragma unroll
+  for (int u = 0; u < kLoads; ++u) {
+    const int i = threadIdx.x + u * kRouterWarps * 32;
+    if (i < vectors) v[u] = src[i / row_vectors * x_ts_vectors + i % row_vectors];
+  }
+#pragma unroll
+  for (int u = 0; u < kLoads; ++u) {
+    const int i = threadIdx.x + u * kRouterWarps * 32;
+    if (i < vectors) dst[i] = v[u];
+  }
+}
+
 // CLUSTERED: the grid is one cluster (sm_90 only; the code is compiled out below). Otherwise
 // `ticket` picks the block that routes. kStagedRows: the T > 1 kernel, whose dynamic shared memory
 // holds every token's row of x (router_staged_rows_bytes of it).
@@ -921,10 +944,7 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_decode_kernel(RouteA
   if constexpr (kStagedRows) {
     extern __shared__ uint4 staged_rows[];  // [T, hidden] of X
     if (stage_x) {
-      const int row_vectors = static_cast<int>(x_bytes / 16), vectors = static_cast<int>(a.tokens) * row_vectors;
-      const int64_t x_ts_vectors = a.x_ts * static_cast<int64_t>(sizeof(X)) / 16;
-      const auto* src = static_cast<const uint4*>(a.x);
-      for (int i = threadIdx.x; i < vectors; i += blockDim.x) staged_rows[i] = src[i / row_vectors * x_ts_vectors + i % row_vectors];
+      stage_token_rows<X>(a, staged_rows);
       __syncthreads();
       x_rows = reinterpret_cast<const X*>(staged_rows);
       product.x_ts = a.hidden;
@@ -1000,29 +1020,9 @@ __global__ void __launch_bounds__(kRouterWarps * 32) router_mma_kernel(RouteArgs
   wait_for_previous_kernel();
   dependents_may_launch();  // as in router_decode_kernel: x is final
   // Every token's row of x in dynamic shared memory (row stride hidden), then the warps' partial sums.
-  // All of it as one batch of loads per thread: the host stages at most kRouterStagedRows, 8
-  // loads (a loop of load-then-store pairs was a chain of 8 L2 round trips at T = 16 and hidden
-  // 2048: call 3 of session 22, T=16 Qwen3-30B-A3B bf16 234.4 -> 235.7 us against the scalar
-  // kernel, where this form gained).
   extern __shared__ uint4 staged_rows[];
   const int64_t x_bytes = a.hidden * static_cast<int64_t>(sizeof(X));
-  {
-    constexpr int kStageLoads = kRouterStagedRows / 16 / (kRouterWarps * 32);
-    const int row_vectors = static_cast<int>(x_bytes / 16), vectors = static_cast<int>(a.tokens) * row_vectors;
-    const int64_t x_ts_vectors = a.x_ts * static_cast<int64_t>(sizeof(X)) / 16;
-    const auto* src = static_cast<const uint4*>(a.x);
-    uint4 v[kStageLoads];
-#pragma unroll
-    for (int u = 0; u < kStageLoads; ++u) {
-      const int i = threadIdx.x + u * kRouterWarps * 32;
-      if (i < vectors) v[u] = src[i / row_vectors * x_ts_vectors + i % row_vectors];
-    }
-#pragma unroll
-    for (int u = 0; u < kStageLoads; ++u) {
-      const int i = threadIdx.x + u * kRouterWarps * 32;
-      if (i < vectors) staged_rows[i] = v[u];
-    }
-  }
+  stage_token_rows<X>(a, staged_rows);
   const X* xs = reinterpret_cast<const X*>(staged_rows);
   auto* partial = reinterpret_cast<float(*)[kRouterMmaRows][kRouterMmaTokens]>(reinterpret_cast<char*>(staged_rows) + a.tokens * x_bytes);
   __syncthreads();
