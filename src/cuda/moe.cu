@@ -2137,8 +2137,9 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
       with_float(x.dtype(), [&](auto* tag) {
         using X = std::remove_pointer_t<decltype(tag)>;
         if constexpr (!std::is_same_v<X, double>) {
-          const auto kernel = t == 1 ? router_decode_kernel<decltype(epl)::value, X, false> : router_decode_kernel<decltype(epl)::value, X, true>;
-          const auto x_row = hidden * static_cast<int64_t>(sizeof(X));
+          auto kernel = t == 1 ? router_decode_kernel<decltype(epl)::value, X, false> : router_decode_kernel<decltype(epl)::value, X, true>;
+          const auto staged_rows = static_cast<size_t>(t == 1 ? 0 : router_staged_rows_bytes(t, hidden * static_cast<int64_t>(sizeof(X))));
+          size_t smem = staged_rows;
           // T > 1 with 16-bit x where every token's row of x is staged: the tensor-core router, a
           // block per 16 rows, one cluster where those blocks fit one (E <= 128 without a shared
           // gate), else the ticket. Measured against the scalar kernel below (session 22, H200, one
@@ -2151,55 +2152,51 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
           // 132.99-133.42; every T = 2..16 decode case faster (LFM2-8B-A1B T=16 takes the grouped
           // path). ncu, Qwen3-30B-A3B bf16, the router alone: T=2 9.0-9.5 -> 7.5-8.2 us, T=8
           // 11.4-12.1 -> 8.8-9.6, T=16 15.0-16.4 -> 11.2-11.9.
+          bool mma = false;
           if constexpr (sizeof(X) == 2) {
-            if (t > 1 && t <= kRouterMmaTokens && hidden % 32 == 0 && router_staged_rows_bytes(t, x_row) > 0) {
-              const auto mma_kernel = router_mma_kernel<decltype(epl)::value, X>;
-              const int64_t blocks = (rows + kRouterMmaRows - 1) / kRouterMmaRows;
-              const bool clustered = fast_paths_enabled(device, 90) && kernel_ptx_version(reinterpret_cast<const void*>(mma_kernel), device) >= 90 &&
-                                     blocks <= kRouterCluster && t * e <= kRouterSharedLogits;
-              auto* ticket = clustered ? nullptr
-                                       : static_cast<unsigned*>(zeroed_stream_scratch(device, stream, ScratchPurpose::MoeRouter, sizeof(unsigned)));
-              const auto smem = static_cast<size_t>(router_staged_rows_bytes(t, x_row) + router_mma_partials_bytes());
-              allow_dynamic_smem(reinterpret_cast<const void*>(mma_kernel), smem);
-              DependentLaunch launch(static_cast<unsigned>(blocks), kRouterWarps * 32, smem, stream, pdl);
-              launch.prefer_l1();
-              if (clustered) launch.cluster_x(static_cast<unsigned>(blocks));
-              launch(mma_kernel, ra, static_cast<const X*>(router_weight.raw_data()), router_weight.stride(0), logits.data_ptr<float>(), ticket,
-                     pair_order.data_ptr<int32_t>(), clustered);
-              return;
-            }
+            mma = t > 1 && t <= kRouterMmaTokens && hidden % 32 == 0 && staged_rows > 0;
+            if (mma) kernel = router_mma_kernel<decltype(epl)::value, X>;
           }
-          // One cluster where the GPU and this binary's code for it allow, every warp has at most one
-          // row and the logits fit block 0's shared memory; else a warp per row and a ticket.
-          // Measured (H200, session 11, one build, both paths alternating twice, T = 1): Qwen3-30B-A3B
-          // bf16 28.19-28.22 -> 27.48-27.65 us, FP8 19.77-19.87 -> 19.28-19.32, LFM2-8B-A1B bf16
-          // 33.06-33.09 -> 32.26-32.27, FP8 23.19-23.27 -> 22.57-22.66; but Qwen3.5-35B-A3B (256
-          // experts + the shared gate: 3 rows on some warps) 25.82 -> 27.69-27.80.
-          const auto staged_rows = static_cast<size_t>(t == 1 ? 0 : router_staged_rows_bytes(t, hidden * static_cast<int64_t>(sizeof(X))));
-          // T > 1 where the rows are preloaded: each warp takes one row against 1 token while those
-          // tasks fit one wave of blocks (one block of 512 threads per SM at 128 registers), else
-          // against 2 (v15), so the products spread over T or ceil(T / 2) times the warps, past one
-          // cluster's 128 onto the ticket path. Measured (session 21, H200, one build each, two
-          // alternating runs, us): every token per warp -> 4 -> 2: Qwen3-30B-A3B T=8 bf16
-          // 144.26-144.47 -> 142.13-142.58 -> 140.11-140.14, FP8 91.49-91.59 -> 88.79-88.99 ->
-          // 87.11-87.19; T=16 FP8 163.08-163.58 -> 154.26-154.36 -> 152.78-152.92; then 2 -> 1:
-          // T=2 Qwen3.5-35B-A3B bf16 47.43-47.56 -> 46.53-46.57, T=4 Qwen3-30B-A3B FP8 55.83-55.92 ->
-          // 54.87-55.05, T=8 FP8 88.76-88.89 -> 88.02-88.06, T=16 bf16 250.64-250.89 -> 249.73; but
-          // Qwen3.5-35B-A3B T=16 (257 rows x 16 tokens: 257 blocks, two waves) FP8 142.76-143.18 ->
-          // 148.02-148.26.
-          const int64_t sms = device_properties(device).multiProcessorCount;
-          const int64_t tokens_per_warp = rows * t <= sms * kRouterWarps ? 1 : kPreloadedRowTokens;
-          ra.token_groups = staged_rows > 0 && router_row_preloadable(hidden, sizeof(X)) ? (t + tokens_per_warp - 1) / tokens_per_warp : 1;
-          const int64_t tasks = rows * ra.token_groups;
+          int64_t blocks = 0;
+          bool fits_cluster = false;
+          if (mma) {
+            blocks = (rows + kRouterMmaRows - 1) / kRouterMmaRows;  // the cluster, when there is one
+            fits_cluster = blocks <= kRouterCluster;
+            smem += static_cast<size_t>(router_mma_partials_bytes());
+          } else {
+            // T > 1 where the rows are preloaded: each warp takes one row against 1 token while those
+            // tasks fit one wave of blocks (one block of 512 threads per SM at 128 registers), else
+            // against 2 (v15), so the products spread over T or ceil(T / 2) times the warps, past one
+            // cluster's 128 onto the ticket path. Measured (session 21, H200, one build each, two
+            // alternating runs, us): every token per warp -> 4 -> 2: Qwen3-30B-A3B T=8 bf16
+            // 144.26-144.47 -> 142.13-142.58 -> 140.11-140.14, FP8 91.49-91.59 -> 88.79-88.99 ->
+            // 87.11-87.19; T=16 FP8 163.08-163.58 -> 154.26-154.36 -> 152.78-152.92; then 2 -> 1:
+            // T=2 Qwen3.5-35B-A3B bf16 47.43-47.56 -> 46.53-46.57, T=4 Qwen3-30B-A3B FP8 55.83-55.92 ->
+            // 54.87-55.05, T=8 FP8 88.76-88.89 -> 88.02-88.06, T=16 bf16 250.64-250.89 -> 249.73; but
+            // Qwen3.5-35B-A3B T=16 (257 rows x 16 tokens: 257 blocks, two waves) FP8 142.76-143.18 ->
+            // 148.02-148.26.
+            const int64_t sms = device_properties(device).multiProcessorCount;
+            const int64_t tokens_per_warp = rows * t <= sms * kRouterWarps ? 1 : kPreloadedRowTokens;
+            ra.token_groups = staged_rows > 0 && router_row_preloadable(hidden, sizeof(X)) ? (t + tokens_per_warp - 1) / tokens_per_warp : 1;
+            const int64_t tasks = rows * ra.token_groups;
+            // One cluster where the GPU and this binary's code for it allow, every warp has at most one
+            // row and the logits fit block 0's shared memory; else a warp per row and a ticket.
+            // Measured (H200, session 11, one build, both paths alternating twice, T = 1): Qwen3-30B-A3B
+            // bf16 28.19-28.22 -> 27.48-27.65 us, FP8 19.77-19.87 -> 19.28-19.32, LFM2-8B-A1B bf16
+            // 33.06-33.09 -> 32.26-32.27, FP8 23.19-23.27 -> 22.57-22.66; but Qwen3.5-35B-A3B (256
+            // experts + the shared gate: 3 rows on some warps) 25.82 -> 27.69-27.80.
+            fits_cluster = tasks <= int64_t{kRouterCluster} * kRouterWarps;
+            blocks = (tasks + kRouterWarps - 1) / kRouterWarps;  // a warp per task (the ticket path)
+          }
           const bool clustered = fast_paths_enabled(device, 90) && kernel_ptx_version(reinterpret_cast<const void*>(kernel), device) >= 90 &&
-                                 tasks <= int64_t{kRouterCluster} * kRouterWarps && t * e <= kRouterSharedLogits;
+                                 fits_cluster && t * e <= kRouterSharedLogits;
+          if (clustered && !mma) blocks = kRouterCluster;
           auto* ticket = clustered ? nullptr
                                    : static_cast<unsigned*>(zeroed_stream_scratch(device, stream, ScratchPurpose::MoeRouter, sizeof(unsigned)));
-          const int64_t blocks = clustered ? kRouterCluster : (tasks + kRouterWarps - 1) / kRouterWarps;
-          allow_dynamic_smem(reinterpret_cast<const void*>(kernel), staged_rows);
-          DependentLaunch launch(static_cast<unsigned>(blocks), kRouterWarps * 32, staged_rows, stream, pdl);
+          allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
+          DependentLaunch launch(static_cast<unsigned>(blocks), kRouterWarps * 32, smem, stream, pdl);
           launch.prefer_l1();
-          if (clustered) launch.cluster_x(kRouterCluster);
+          if (clustered) launch.cluster_x(static_cast<unsigned>(blocks));
           launch(kernel, ra, static_cast<const X*>(router_weight.raw_data()), router_weight.stride(0), logits.data_ptr<float>(), ticket,
                  t > 1 ? pair_order.data_ptr<int32_t>() : nullptr, clustered);
         }
