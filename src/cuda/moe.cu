@@ -216,7 +216,9 @@
 //       loads per thread; a cluster where the blocks fit one. ncu (session 22, v16) had the T > 1
 //       router alone at 9.0-9.5 us (T=2), 11.4-12.1 (T=8) and 15.0-16.4 (T=16) against 7.2-7.6 at
 //       T = 1; router_mma_kernel 7.5-8.2, 8.8-9.6, 11.2-11.9. Layer numbers at the launch rule in
-//       moe_layer: every T = 2..16 decode case faster, Qwen3.5-35B-A3B FP8 T=8 83.6 -> 78.8 us. (this)
+//       moe_layer: every T = 2..16 decode case faster, Qwen3.5-35B-A3B FP8 T=8 83.6 -> 78.8 us. The
+//       scalar T > 1 kernel (f32 x, H % 32 != 0, T > 16) stages x the same way since the review
+//       after (stage_token_rows; not measured: its cases are outside the benchmark). (this)
 //   Rejected in session 22 (branch s22-trials; one build, main's moe.cu and the trial in two
 //   libraries, two alternating runs of moe_bench, H200, us, v17 -> trial):
 //   - x staged by cp.async in the gate_up kernels (stage_row, stage_x_f16 converting in place), so a
