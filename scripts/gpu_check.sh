@@ -77,7 +77,7 @@ bench_pair() {  # name, ember command, torch command
   eval "$2" >> "$out/bench.jsonl" 2>> "$out/bench.err"
   eval "$3" >> "$out/bench.jsonl" 2>> "$out/bench.err"
 }
-if has probe; then  # the standalone probes (no ember build needed): bench/{stream,moe,gemv,fp8_gemv}_probe.cu (PROBES may name moe_cluster_probe too)
+if has probe; then  # the standalone probes (no ember build needed): bench/{stream,moe,gemv,fp8_gemv}_probe.cu (PROBES may name moe_cluster_probe, columns_claims_probe too)
   for probe in ${PROBES:-stream_probe moe_probe gemv_probe fp8_gemv_probe}; do
     stamp "probe $probe"
     nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a "bench/$probe.cu" -o "/tmp/$probe" && timeout 120 "/tmp/$probe" ${PROBE_ARGS:-} | tee "$out/$probe.txt"  # PROBE_ARGS: e.g. a gemv_probe section
