@@ -153,6 +153,14 @@
 //      26.51-26.52 -> 26.87-26.93, 14336x4096 30.39-30.40 -> 30.45, 4096x4096 11.41-11.43 ->
 //      11.58-11.63, 7168x2048 10.81-10.83 -> 11.05-11.09, 9216x2304 14.12 -> 14.21-14.22, 4096x2048
 //      8.09-8.11 -> 8.32-8.34; 28672x8192, 8192x28672 and 2048x65536 within 0.2%.
+//   Session 23 (per-block %globaltimer stamps, H200; docs/perf-runs/2026-12-01-s23-stamps.txt; the
+//      stamps took the kernel to 44 registers, 5 blocks per SM where it runs 6 at its 40): on
+//      1xKxN 14336x3584 (658 blocks) every block starts within 0.54 us, the main loops
+//      end 19.8-24.2 us after (mean 22.9) and the last tile's y 1.4 us after the last loop. The
+//      SMs fall into groups: ~20 (ids 33-43 and 78-87 on that machine) end their 5 blocks at
+//      21.7-22.7 us, the others at 23.0-24.2; 14336x4096 the same (24.0-25.3 against 26-27.2). So
+//      equal static shares leave the fast SMs idle for the last ~1.5 us. bench/columns_claims_probe.cu
+//      (written then, not yet run) has the blocks claim their rows from a per-tile counter instead.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

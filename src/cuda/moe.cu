@@ -219,6 +219,32 @@
 //       moe_layer: every T = 2..16 decode case faster, Qwen3.5-35B-A3B FP8 T=8 83.6 -> 78.8 us. The
 //       scalar T > 1 kernel (f32 x, H % 32 != 0, T > 16) stages x the same way since the review
 //       after (stage_token_rows; not measured: its cases are outside the benchmark). (this)
+//   Session 23's timer stamps (branch s23-trials; docs/perf-runs/2026-12-01-s23-stamps.txt;
+//   Qwen3-30B-A3B T = 1 FP8, us after the router's wait, a machine at 17.7 us per layer): the
+//   router's x staged 0.6-1.0, its products stored 1.7-2.3, the cluster barrier passed 2.6-2.8,
+//   the flags 3.0-4.7 (0.19 us a round); gate_up's blocks go 0.3-1.3 us after their flag and end
+//   8.3-12.5; down's blocks start only as gate_up's leave (6.8-12.3: 4 down_mma blocks of 128
+//   registers fill an SM, as 7 gate_up_mma blocks of 72 do), pass their wait 13.3-13.6 (0.6-1.0 us
+//   after gate_up's last block) and sum their pairs at 15.2-16.6, when the rows they requested on
+//   starting have arrived. The router (512 threads of 110 registers a block) cannot start beside
+//   down's blocks either, so in the benchmark its "preloaded" rows are requested as the previous
+//   layer's down ends.
+//   Rejected in session 23 (branch s23-trials; one build, a host-only switch, two alternating runs
+//   of moe_bench 1, H200, us, v17 -> trial; docs/perf-runs/2026-12-01-s23-ab.txt):
+//   - T = 1 routing by ranks, every flag at once: the routing block's 512 threads, 64-bit keys
+//     (order key, then the lower expert) in shared memory, thread (run, expert) counting the keys
+//     above its expert's in one run of them (broadcast loads), flags stored by the k winners.
+//     Qwen3-30B-A3B FP8 17.94-17.95 -> 19.06-19.12, bf16 25.31-25.39 -> 26.59-26.71,
+//     Qwen3.5-35B-A3B FP8 19.11-19.16 -> 19.52-19.57, bf16 25.74-25.75 -> 26.50-26.52; but
+//     LFM2-8B-A1B (E = 32) FP8 20.38 -> 19.54-19.59, bf16 29.49-29.50 -> 28.77-28.81. The stamps:
+//     ranking 128 experts took 1.1 us, so all 8 flags came at 3.68 against the rounds' 2.88-4.26;
+//     gate_up's last block ended 1 us sooner (11.74 against 12.77) but its blocks ended together
+//     (median 11.0 against 10.2), so down's blocks started, and requested their rows, later: down
+//     ended at 18.1 against 16.9. The early pairs' head start lets down's rows stream under
+//     gate_up. (A first form, an expert's comparisons split over 4 lanes of a warp with 4-way bank
+//     conflicts: Qwen3-30B-A3B FP8 19.48-19.53.) Then ranks in one warp where E <= 32 (lane e holds
+//     expert e, 32 shuffles; E > 32 kept the rounds): LFM2-8B-A1B slower, FP8 19.83 -> 20.55-20.56,
+//     bf16 27.66-27.86 -> 28.43-28.45, where the block's form had won; not traced.
 //   Rejected in session 22 (branch s22-trials; one build, main's moe.cu and the trial in two
 //   libraries, two alternating runs of moe_bench, H200, us, v17 -> trial):
 //   - x staged by cp.async in the gate_up kernels (stage_row, stage_x_f16 converting in place), so a
