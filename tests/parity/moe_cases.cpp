@@ -501,8 +501,8 @@ EMBER_PARITY_CASE(moe_layer_t3_tied_router_ordered_pairs, { return layer_case(d,
 EMBER_PARITY_CASE(moe_layer_t3_tied_router_no_fast_paths, { return layer_case(d, without_fast_paths(tied(config(3, 128, 32, 32, 4))), 99); });
 EMBER_PARITY_CASE(moe_layer_t8_e300_tied_ticket_router, { return layer_case(d, tied(config(8, 64, 300, 16, 2)), 100); });
 EMBER_PARITY_CASE(moe_layer_t40_tied_router_prefill, { return layer_case(d, tied(config(40, 64, 16, 32, 4)), 101); });
-// T = 1 on the ticket path with 300 experts (32 candidates per lane; ties) and with the sigmoid
-// and an expert bias (fast paths off).
+// T = 1 on the ticket path: 32 experts with the sigmoid and an expert bias (fast paths off), and
+// 300 experts with ties (32 candidates per lane).
 EMBER_PARITY_CASE(moe_layer_t1_e32_sigmoid_bias_ticket, {
   LayerConfig c = without_fast_paths(config(1, 64, 32, 16, 6));
   c.scoring = MoeScoring::Sigmoid;
