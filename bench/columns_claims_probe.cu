@@ -161,6 +161,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) claims_kernel(const ui
   };
 #pragma unroll
   for (int s = 0; s < A; ++s) load(s);
+  __syncthreads();  // every thread has read the ring before thread 0 refills slot 0 below
   float acc[8] = {};
   for (bool more = true; more;) {
 #pragma unroll
