@@ -225,10 +225,13 @@
 //   the flags 3.0-4.7 (0.19 us a round); gate_up's blocks go 0.3-1.3 us after their flag and end
 //   8.3-12.5; down's blocks start only as gate_up's leave (6.8-12.3: 4 down_mma blocks of 128
 //   registers fill an SM, as 7 gate_up_mma blocks of 72 do), pass their wait 13.3-13.6 (0.6-1.0 us
-//   after gate_up's last block) and sum their pairs at 15.2-16.6, when the rows they requested on
-//   starting have arrived. The router (512 threads of 110 registers a block) cannot start beside
-//   down's blocks either, so in the benchmark its "preloaded" rows are requested as the previous
-//   layer's down ends.
+//   after gate_up's last block) and sum their pairs at 15.2-16.6. What those 1.9-3.3 us are was not
+//   separated: rows requested late (as the blocks started), or the two L2 round trips the FP8
+//   down_mma SASS has after its wait (sm_90a: 5 of the 6 h loads, then the first mma, then the 6th
+//   h load and the block scales' loads; branch s23-down-h loads the scales before the wait, and its
+//   SASS then issues all 6 h loads before the first mma; not yet run). The router (512 threads of
+//   110 registers a block) cannot start beside down's blocks either, so in the benchmark its
+//   "preloaded" rows are requested as the previous layer's down ends.
 //   Rejected in session 23 (branch s23-trials; one build, a host-only switch, two alternating runs
 //   of moe_bench 1, H200, us, v17 -> trial; docs/perf-runs/2026-12-01-s23-ab.txt):
 //   - T = 1 routing by ranks, every flag at once: the routing block's 512 threads, 64-bit keys
