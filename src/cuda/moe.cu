@@ -243,8 +243,8 @@
 //     ranking 128 experts took 1.1 us, so all 8 flags came at 3.68 against the rounds' 2.88-4.26;
 //     gate_up's last block ended 1 us sooner (11.74 against 12.77) but its blocks ended together
 //     (median 11.0 against 10.2), so down's blocks started, and requested their rows, later: down
-//     ended at 18.1 against 16.9. The early pairs' head start lets down's rows stream under
-//     gate_up. (A first form, an expert's comparisons split over 4 lanes of a warp with 4-way bank
+//     ended at 18.1 against 16.9. So the early pairs' head start seems to let down's rows stream
+//     under gate_up. (A first form, an expert's comparisons split over 4 lanes of a warp with 4-way bank
 //     conflicts: Qwen3-30B-A3B FP8 19.48-19.53.) Then ranks in one warp where E <= 32 (lane e holds
 //     expert e, 32 shuffles; E > 32 kept the rounds): LFM2-8B-A1B slower, FP8 19.83 -> 20.55-20.56,
 //     bf16 27.66-27.86 -> 28.43-28.45, where the block's form had won; not traced.
