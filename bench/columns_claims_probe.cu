@@ -183,35 +183,17 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) claims_kernel(const ui
   finish_tile(acc, y, n, accum, tickets, counter, gridDim.y);
 }
 
-__global__ void fill_kernel(uint16_t* p, int64_t count, uint32_t seed) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed ^ static_cast<uint32_t>(i >> 32) * 40503u;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    const float v = static_cast<float>(h & 0xFFFFFF) / 8388608.f - 1.f;  // [-1, 1)
-    p[i] = __bfloat16_as_ushort(__float2bfloat16(v));
-  }
-}
-
-double bf_host(uint16_t v) {
-  const uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 void run_shape(int64_t k, int64_t n) {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int64_t bytes = k * n * 2, copies = std::max<int64_t>(2, (400ll << 20) / bytes + 1);
   std::vector<uint16_t*> w(copies);
   for (auto& p : w) CHECK(cudaMalloc(&p, bytes));
-  for (int64_t c = 0; c < copies; ++c) fill_kernel<<<1024, 256>>>(w[c], k * n, 100 + static_cast<uint32_t>(c));
+  for (int64_t c = 0; c < copies; ++c) fill_bf16_kernel<<<1024, 256>>>(reinterpret_cast<__nv_bfloat16*>(w[c]), k * n, 100 + static_cast<uint32_t>(c));
   uint16_t *x, *y;
   CHECK(cudaMalloc(&x, k * 2));
   CHECK(cudaMalloc(&y, n * 2));
-  fill_kernel<<<64, 256>>>(x, k, 7);
+  fill_bf16_kernel<<<64, 256>>>(reinterpret_cast<__nv_bfloat16*>(x), k, 7);
   const int64_t tiles = (n + kTile - 1) / kTile;
   float* accum;
   unsigned *tickets, *counters;
@@ -225,12 +207,7 @@ void run_shape(int64_t k, int64_t n) {
   std::vector<uint16_t> hb(k * n), hx(k);
   CHECK(cudaMemcpy(hb.data(), w[0], bytes, cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(hx.data(), x, k * 2, cudaMemcpyDeviceToHost));
-  std::vector<double> ref(n, 0.0);
-  for (int64_t kk = 0; kk < k; ++kk) {
-    const double xv = bf_host(hx[kk]);
-    const uint16_t* row = hb.data() + kk * n;
-    for (int64_t j = 0; j < n; ++j) ref[j] += xv * bf_host(row[j]);
-  }
+  const std::vector<double> ref = gemv_reference(hb, hx, k, n, /*rows=*/false);
   double ref_max = 0;
   for (double v : ref) ref_max = std::max(ref_max, std::fabs(v));
   constexpr int kLaunches = 20;

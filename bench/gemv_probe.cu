@@ -1492,41 +1492,6 @@ uint16_t bits(bf16 v) {
   std::memcpy(&b, &v, 2);
   return b;
 }
-double to_double(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-__global__ void fill_kernel(bf16* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 0x9E3779B1u ^ static_cast<uint32_t>(i >> 32) ^ seed;
-    h ^= h >> 15, h *= 0x85EBCA77u, h ^= h >> 13, h *= 0xC2B2AE3Du, h ^= h >> 16;
-    p[i] = __float2bfloat16_rn(static_cast<float>(h >> 8) * (2.f / 16777216.f) - 1.f);  // [-1, 1)
-  }
-}
-
-// float64 reference y for the shape (rows: W [N, K]; columns: B [K, N]).
-std::vector<double> reference(const std::vector<uint16_t>& w, const std::vector<uint16_t>& x, Shape s, bool rows) {
-  std::vector<double> xd(s.k), y(s.n, 0.0);
-  for (int k = 0; k < s.k; ++k) xd[k] = to_double(x[k]);
-  if (rows) {
-    for (int n = 0; n < s.n; ++n) {
-      const uint16_t* wr = &w[static_cast<size_t>(n) * s.k];
-      double acc = 0.0;
-      for (int k = 0; k < s.k; ++k) acc += to_double(wr[k]) * xd[k];
-      y[n] = acc;
-    }
-  } else {
-    for (int k = 0; k < s.k; ++k) {
-      const uint16_t* br = &w[static_cast<size_t>(k) * s.n];
-      for (int n = 0; n < s.n; ++n) y[n] += to_double(br[n]) * xd[k];
-    }
-  }
-  return y;
-}
-
 // One line per (variant, shape). x20: also time each variant as ember's decode bench does, 20
 // launches per graph cycling through the copies (columns "us x20" and "TB/s x20"; the "harness"
 // section measured that ~0.6 us faster per launch than the graph of each copy once).
@@ -1544,13 +1509,13 @@ void run_layout(const char* layout, bool rows, const std::vector<Shape>& shapes,
     p.copies = static_cast<int>(std::max<size_t>(2, ((size_t{400} << 20) + bytes - 1) / bytes));
     p.copies = static_cast<int>(std::min<size_t>(p.copies, pool_bytes / (p.stride * sizeof(bf16))));
     p.w0 = pool;
-    fill_kernel<<<4 * p.sms, 256>>>(pool, static_cast<size_t>(s.k) * s.n, 12345u + s.k * 7u + s.n);
-    fill_kernel<<<64, 256>>>(const_cast<bf16*>(p.x), s.k, 777u + s.k);
+    fill_bf16_kernel<<<4 * p.sms, 256>>>(pool, static_cast<size_t>(s.k) * s.n, 12345u + s.k * 7u + s.n);
+    fill_bf16_kernel<<<64, 256>>>(const_cast<bf16*>(p.x), s.k, 777u + s.k);
     for (int c = 1; c < p.copies; ++c) CHECK(cudaMemcpy(pool + c * p.stride, pool, bytes, cudaMemcpyDeviceToDevice));
     std::vector<uint16_t> w_host(static_cast<size_t>(s.k) * s.n), x_host(s.k);
     CHECK(cudaMemcpy(w_host.data(), pool, bytes, cudaMemcpyDeviceToHost));
     CHECK(cudaMemcpy(x_host.data(), p.x, s.k * sizeof(bf16), cudaMemcpyDeviceToHost));
-    const std::vector<double> ref = reference(w_host, x_host, s, rows);
+    const std::vector<double> ref = gemv_reference(w_host, x_host, s.k, s.n, rows);
     double ref_max = 0.0;
     for (double v : ref) ref_max = std::max(ref_max, std::fabs(v));
     float base_us = 0.f;
@@ -1787,8 +1752,8 @@ int main(int argc, char** argv) {
       const size_t bytes = p.bytes();
       p.stride = (bytes + 255) / 256 * 256 / sizeof(bf16);
       p.w0 = pool;
-      fill_kernel<<<4 * p.sms, 256>>>(pool, static_cast<size_t>(c.s.k) * c.s.n, 12345u);
-      fill_kernel<<<64, 256>>>(const_cast<bf16*>(p.x), c.s.k, 777u);
+      fill_bf16_kernel<<<4 * p.sms, 256>>>(pool, static_cast<size_t>(c.s.k) * c.s.n, 12345u);
+      fill_bf16_kernel<<<64, 256>>>(const_cast<bf16*>(p.x), c.s.k, 777u);
       const int pool_copies = static_cast<int>(std::max<size_t>(2, ((size_t{400} << 20) + bytes - 1) / bytes));
       const int bench_copies = static_cast<int>(std::max<size_t>(1, ((size_t{240} << 20) + bytes - 1) / bytes));
       for (int i = 1; i < pool_copies; ++i) CHECK(cudaMemcpy(pool + i * p.stride, pool, bytes, cudaMemcpyDeviceToDevice));
