@@ -218,7 +218,11 @@
 //       T = 1; router_mma_kernel 7.5-8.2, 8.8-9.6, 11.2-11.9. Layer numbers at the launch rule in
 //       moe_layer: every T = 2..16 decode case faster, Qwen3.5-35B-A3B FP8 T=8 83.6 -> 78.8 us. The
 //       scalar T > 1 kernel (f32 x, H % 32 != 0, T > 16) stages x the same way since the review
-//       after (stage_token_rows; not measured: its cases are outside the benchmark). (this)
+//       after (stage_token_rows; not measured: its cases are outside the benchmark).
+//   v18 (session 24): FP8 down_mma loads its block scales with its weights, before the wait, so
+//       all its h loads go before the first mma (down_mma_steps has the SASS and the numbers: T=1
+//       Qwen3.5-35B-A3B 18.0 -> 17.5 us, T=8 -0.7 us, T=1 Qwen3-30B-A3B unchanged, 17.14 ->
+//       17.20). Only the FP8 down_mma kernels' SASS changed. (this)
 //   Session 23's timer stamps (branch s23-trials; docs/perf-runs/2026-12-01-s23-stamps.txt;
 //   Qwen3-30B-A3B T = 1 FP8, us after the router's wait, a machine at 17.7 us per layer): the
 //   router's x staged 0.6-1.0, its products stored 1.7-2.3, the cluster barrier passed 2.6-2.8,
@@ -228,8 +232,8 @@
 //   after gate_up's last block) and sum their pairs at 15.2-16.6. What those 1.9-3.3 us are was not
 //   separated: rows requested late (as the blocks started), or the two L2 round trips the FP8
 //   down_mma SASS has after its wait (sm_90a: 5 of the 6 h loads, then the first mma, then the 6th
-//   h load and the block scales' loads; branch s23-down-h loads the scales before the wait, and its
-//   SASS then issues all 6 h loads before the first mma; not yet run). The router (512 threads of
+//   h load and the block scales' loads; v18 loads the scales before the wait, and only
+//   Qwen3.5-35B-A3B's T = 1 layer gained by it, 0.5 us). The router (512 threads of
 //   110 registers a block) cannot start beside down's blocks either, so in the benchmark its
 //   "preloaded" rows are requested as the previous layer's down ends.
 //   Rejected in session 23 (branch s23-trials; one build, a host-only switch, two alternating runs
@@ -1782,7 +1786,14 @@ constexpr int kDownMmaMinTopK = 8;
 // run[0] (rows 0, 1) and run[1] (rows 2, 3). FP8 weights are converted
 // to AB, h's type; each step's sums are multiplied by the rows' 128x128 block scale when
 // `block_scales` is given (one per 128 elements, scale_step apart). When `wait`, the previous
-// kernel (h's writer) is waited for after the first batch of weight loads is issued.
+// kernel (h's writer) is waited for after the first batch of weight loads (and FP8 block scales)
+// is issued. The scales go with the weights, not after the mmas, because there ptxas issued the
+// 6th h load after the first mma and the 3 scale loads after that (sm_90a, FP8, 4 warps): two L2
+// round trips after the wait, where loaded early all 6 h loads go before the first mma, spill-free
+// (a false dependency forcing that order, tried first, spilled 92 bytes). Session 24, one build,
+// two alternating runs of moe_bench FP8 (H200, us, late -> early): T=1 Qwen3-30B-A3B 17.14 ->
+// 17.19-17.21, Qwen3.5-35B-A3B 17.95-18.06 -> 17.52-17.54; T=8 83.56-83.85 -> 82.84-83.15,
+// 78.66-78.94 -> 77.88-78.10.
 template <class WT, class AB, int L>
 __device__ __forceinline__ void down_mma_steps(const WT* first, int64_t rs, int last, const AB* h_row, int s_begin, int s_end,
                                                const float* block_scales, int64_t scale_step, bool wait, float (&run)[2][4]) {
@@ -1793,7 +1804,7 @@ __device__ __forceinline__ void down_mma_steps(const WT* first, int64_t rs, int 
 #pragma unroll
   for (int r = 0; r < 4; ++r) rp[r] = reinterpret_cast<const uint4*>(first + min(r, last) * rs) + q;
   const uint4* hp = reinterpret_cast<const uint4*>(h_row) + q * kHChunks;
-  const auto add_step = [&](const uint4 (&w)[4], const uint4 (&hv)[kHChunks], int s) {
+  const auto add_step = [&](const uint4 (&w)[4], const uint4 (&hv)[kHChunks], float scale) {
     uint32_t hw[4 * kHChunks];
 #pragma unroll
     for (int c = 0; c < kHChunks; ++c) {
@@ -1813,7 +1824,6 @@ __device__ __forceinline__ void down_mma_steps(const WT* first, int64_t rs, int 
           mma16816<AB>(c[m], a, hw[2 * j], hw[2 * j + 1]);
         }
       }
-      const float scale = block_scales ? block_scales[(s / 2) * scale_step] : 1.f;  // 128 elements = 2 steps
 #pragma unroll
       for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -1838,6 +1848,9 @@ __device__ __forceinline__ void down_mma_steps(const WT* first, int64_t rs, int 
     for (int l = 0; l < L; ++l)
 #pragma unroll
       for (int r = 0; r < 4; ++r) w[l][r] = l < n ? rp[r][4 * (s + l)] : make_uint4(0, 0, 0, 0);
+    float scale[L];  // 128 elements = 2 steps; 16-bit weights have no block scales
+#pragma unroll
+    for (int l = 0; l < L; ++l) scale[l] = kFp8 && block_scales && l < n ? block_scales[((s + l) / 2) * scale_step] : 1.f;
     if (wait) {
       wait_for_previous_kernel();
       wait = false;
@@ -1848,7 +1861,7 @@ __device__ __forceinline__ void down_mma_steps(const WT* first, int64_t rs, int 
       for (int c = 0; c < kHChunks; ++c) hv[l][c] = l < n ? __ldcg(hp + 4 * kHChunks * (s + l) + c) : make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int l = 0; l < L; ++l)
-      if (l < n) add_step(w[l], hv[l], s + l);
+      if (l < n) add_step(w[l], hv[l], scale[l]);
   };
   int s = s_begin;
   for (; s + L <= s_end; s += L) batch(s, L);
