@@ -741,8 +741,6 @@ __global__ void __launch_bounds__(THREADS, 1024 / THREADS) batch_columns_kernel(
 #endif
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 /// One GEMV problem: y[m * ldy + r] = sum_k x[m * ldx + k] * W(r, k) (+ bias[r]) for m < m_rows.
 template <class T> struct GemvArgs {
   const T* w;

@@ -637,8 +637,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) mma_tile_kernel(RowsProblem p,
 }
 
 // ---- host ------------------------------------------------------------------------------------------
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <class F> void with_type(DType d, F&& f) {
   switch (d) {
     case kFloat32: f(static_cast<float*>(nullptr)); break;

@@ -1931,7 +1931,6 @@ __global__ void __launch_bounds__(kWarps * 32, kDownMmaWarpsPerSm / kWarps) down
 }
 
 // ---- host -----------------------------------------------------------------------------------------
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 bool rows_aligned(const Tensor& t, int64_t row_stride) {
   return aligned16(t.raw_data()) && (row_stride * static_cast<int64_t>(t.itemsize())) % 16 == 0;
 }

@@ -3,6 +3,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "ember/cuda.h"
 #include "ember/error.h"
 
@@ -21,6 +23,8 @@ namespace ember::cuda {
 
 /// The raw cudaStream_t of the current stream of `device` (-1: current device).
 cudaStream_t current_raw_stream(int device = -1);
+/// Whether p is 16-byte aligned, as the vector kernels' 16-byte loads need.
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 /// Cached cudaDeviceProp of a device.
 const cudaDeviceProp& device_properties(int device);
 /// compute capability as major*10+minor (90 for sm_90).

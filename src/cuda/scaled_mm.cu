@@ -585,8 +585,6 @@ void launch_m1_gemv(const Tensor& a, const Tensor& b, const Tensor& sa, const Te
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 /// The decode layouts both GEMV kernels take (up to `max_rows` rows of a).
 bool gemv_layout(const Tensor& a, const Tensor& b, const Tensor& out, int64_t max_rows) {
   const int64_t k = a.size(1);
