@@ -197,6 +197,13 @@ Tensor scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const 
 /// on random data). false is the call above. The CPU backend is always exact.
 Tensor scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                  std::optional<Tensor> bias, DType out_dtype, bool use_fast_accum);
+/// Weight-only FP8 linear, as FP8 checkpoints' projections are used: x @ (weight * weight_scale)^T
+/// (+ bias), in x's dtype, the products summed in f32. x [..., K] f32/f16/bf16; weight [N, K]
+/// float8_e4m3fn or float8_e5m2; weight_scale fp32 DECODING scales, numel 1 (tensorwise), [N] or
+/// [N, 1] (one per output row), or [ceil(N/128), ceil(K/128)] (128x128 blocks, as checkpoints'
+/// weight_scale_inv); bias [N] in x's dtype. The weight is never dequantized in memory on the GPU;
+/// up to 8 rows of x (decode) take a GEMV kernel reading each weight byte once.
+Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_scale, std::optional<Tensor> bias = {});
 
 // ---- attention ---------------------------------------------------------------------------------
 /// torch.nn.functional.scaled_dot_product_attention: softmax(q k^T * scale + mask) v.

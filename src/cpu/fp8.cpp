@@ -1,5 +1,5 @@
-// CPU scaled_mm: the FP8 operands decode exactly to float32, the product accumulates in float32
-// (OpenBLAS sgemm through ember::mm), then scales, bias and the (saturating, for fp8) cast.
+// CPU scaled_mm and fp8_linear: the FP8 operands decode exactly to float32, the product accumulates
+// in float32 (OpenBLAS sgemm through ember::mm), then scales, bias and the (saturating, for fp8) cast.
 #include "backend.h"
 #include "cpu/loops.h"
 #include "ember/ops.h"
@@ -26,6 +26,12 @@ void scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Te
   }
   if (is_fp8(out.dtype())) saturate_copy(scaled, out);
   else copy(scaled, out);
+}
+
+void fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& scale, const Tensor& bias, const Tensor& out) {
+  const Tensor w = dequantize_fp8(weight, scale, kFloat32);  // [N, K]: each code times its scale, exact in f32
+  const Tensor acc = mm(x.to(kFloat32), w.t());                // [M, N]
+  copy(bias.defined() ? add(acc, bias.to(kFloat32)) : acc, out);
 }
 
 }  // namespace ember::cpu

@@ -43,6 +43,7 @@ void linspace(double, double, bool, double, const Tensor&) { no_cuda("linspace")
 void random(RandomKind, uint64_t, const Tensor&) { no_cuda("random"); }
 void randint(int64_t, int64_t, uint64_t, const Tensor&) { no_cuda("randint"); }
 void scaled_mm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool) { no_cuda("scaled_mm"); }
+void fp8_linear(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("fp8_linear"); }
 void grouped_mm(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { no_cuda("grouped_mm"); }
 void scaled_grouped_mm(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   no_cuda("scaled_grouped_mm");

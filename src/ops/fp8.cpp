@@ -138,4 +138,47 @@ Tensor scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const 
   return out;
 }
 
+Tensor fp8_linear(const Tensor& x, const Tensor& weight, const Tensor& weight_scale, std::optional<Tensor> bias) {
+  const char* op = "fp8_linear";
+  ops::check_defined(op, x, "x");
+  ops::check_defined(op, weight, "weight");
+  ops::check_defined(op, weight_scale, "weight_scale");
+  const Tensor bias_t = bias.value_or(Tensor());
+  ops::check_same_device(op, {&x, &weight, &weight_scale, &bias_t});
+  EMBER_CHECK(x.dtype() == kFloat32 || x.dtype() == kFloat16 || x.dtype() == kBFloat16, op,
+              "x dtype: expected float32, float16 or bfloat16, got {}", name(x.dtype()));
+  EMBER_CHECK(is_fp8(weight.dtype()), op, "weight dtype: expected float8_e4m3fn or float8_e5m2, got {}", name(weight.dtype()));
+  EMBER_CHECK(weight.dim() == 2, op, "weight: expected a matrix [N, K] (2 dims), got {} dims", weight.dim());
+  EMBER_CHECK(x.dim() >= 1, op, "x: expected at least 1 dim [..., K], got a scalar");
+  const int64_t n = weight.size(0), k = weight.size(1);
+  EMBER_CHECK(x.size(-1) == k, op, "x and weight shapes cannot be multiplied: expected x [..., {}], got x {} and weight {}", k,
+              shape_str(x.sizes()), shape_str(weight.sizes()));
+  EMBER_CHECK(weight_scale.dtype() == kFloat32, op, "weight_scale dtype: expected float32, got {}", name(weight_scale.dtype()));
+  const int64_t bn = (n + 127) / 128, bk = (k + 127) / 128;
+  const bool tensorwise = weight_scale.numel() == 1 && weight_scale.dim() <= 2;
+  const bool per_row = (weight_scale.dim() == 1 && weight_scale.size(0) == n) ||
+                       (weight_scale.dim() == 2 && weight_scale.size(0) == n && weight_scale.size(1) == 1);
+  const bool blocks = weight_scale.dim() == 2 && weight_scale.size(0) == bn && weight_scale.size(1) == bk;
+  EMBER_CHECK(tensorwise || per_row || blocks, op,
+              "weight_scale shape for a {}x{} weight: expected one element, [{}] or [{}, 1] (per row), or [{}, {}] (128x128 "
+              "blocks), got {}", n, k, n, n, bn, bk, shape_str(weight_scale.sizes()));
+  if (bias_t.defined()) {
+    EMBER_CHECK(bias_t.dtype() == x.dtype(), op, "bias dtype: expected {} (x's dtype), got {}", name(x.dtype()), name(bias_t.dtype()));
+    EMBER_CHECK(bias_t.dim() == 1 && bias_t.size(0) == n, op, "bias shape: expected [{}], got {}", n, shape_str(bias_t.sizes()));
+  }
+  std::vector<int64_t> out_shape = x.sizes();
+  out_shape.back() = n;
+  const int64_t m = k > 0 ? x.numel() / k : shape_numel(Shape(out_shape.begin(), out_shape.end() - 1));
+  const Tensor rows = x.reshape({m, k});  // [M, K]
+  Tensor out = empty({rows.size(0), n}, x.dtype(), x.device());
+  if (out.numel() > 0 && k == 0) {  // an empty contraction: zeros, plus the bias
+    ops::copy_into(bias_t.defined() ? bias_t.reshape({1, n}).expand(out.sizes()) : zeros(out.sizes(), x.dtype(), x.device()), out);
+  } else if (out.numel() > 0) {
+    // dequantize_fp8's layouts: [1], [N, 1] or the blocks, contiguous.
+    const Tensor scale = (tensorwise ? weight_scale.reshape({1}) : per_row ? weight_scale.reshape({n, 1}) : weight_scale).contiguous();
+    EMBER_DISPATCH(x.device(), fp8_linear, rows, weight, scale, bias_t.defined() ? bias_t.contiguous() : Tensor(), out);
+  }
+  return out.reshape(out_shape);
+}
+
 }  // namespace ember

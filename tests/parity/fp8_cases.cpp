@@ -3,6 +3,8 @@
 // sm_89+), and the generic path (odd K, row-major b, fp8 output). Hopper's FP8 tensor cores
 // accumulate with less than f32 precision inside one instruction (~1e-4 relative, seen on the
 // H200), so the tensor-core cases allow 1e-3 (f32 out) or bf16/f16 rounding at the operands' scale.
+#include <gtest/gtest.h>
+
 #include "parity/harness.h"
 
 namespace ember::test {
@@ -74,6 +76,155 @@ EMBER_PARITY_CASE(quantize_fp8_rowwise, {
 EMBER_PARITY_CASE(quantize_fp8_block, {
   auto [q, s] = quantize_fp8(randn_on(d, {200, 300}, kFloat32, 17), Fp8Granularity::Block128);
   return {q.to(kFloat32), s};
+});
+
+namespace {
+
+// ---- fp8_linear: CUDA vs the CPU reference (dequantize_fp8, then an f32 mm) ---------------------
+// CUDA paths (src/cuda/fp8_linear.cu): the rows kernel (16 or 32 lanes per weight row) takes M <= 8
+// with K % 16 == 0, the weight unit-stride along K with 16-byte aligned rows, and x rows
+// unit-stride and 16-byte aligned; past it, e4m3fn weights run grouped_mm's run_rows (its decode kernel for <= 8 aligned rows, the mma
+// tile kernel for bf16/f16 x, else the tiled kernel: wmma for bf16/f16 x, FMA for f32 x) plus a
+// bias add, and e5m2 weights are dequantized to f32 and go through linear.
+// Tolerances: every path multiplies exactly decoded codes by x and sums in f32, so CUDA and the
+// CPU differ by f32 summation order (~1e-4 absolute on these outputs) before the output cast.
+// bf16/f16 outputs (max |out| 36-260 in these cases, |out| ~ sqrt(K)) may then round to
+// neighbouring values, one ulp = 2^-7 (bf16) relative: rtol 1e-2; the fallbacks' separate bias add
+// rounds twice (at most half an ulp of |x @ w^T| more, relative to the output except where the bias
+// cancels it, and then absolute < 0.01); atol 0.1 covers both with margin while a wrong scale or a
+// missing block (errors of the outputs' own size, O(10)) fails. f32 outputs: rtol 1e-4, atol 1e-3
+// (the f32 summation-order difference, ~1e-4 at |out| ~ 100, with margin).
+enum class Fp8Scales { Tensorwise, Rowwise, Rowwise1d, Block128 };
+
+// A [n, k] weight quantized on the CPU (the same codes on every device: a CUDA quantize_fp8 may
+// round a code differently), its decoding scales then multiplied by 0.25 + U[0, 1) per scale
+// element so that a scale read from the wrong row or block shows; both moved to d. Rowwise gives
+// [n, 1] scales, Rowwise1d the same as [n], Block128 [ceil(n/128), ceil(k/128)], Tensorwise [].
+std::pair<Tensor, Tensor> fp8_weight(Device d, int64_t n, int64_t k, Fp8Scales scales, DType dtype = kFloat8_e4m3fn,
+                                     uint64_t seed = 31) {
+  const Fp8Granularity g = scales == Fp8Scales::Tensorwise ? Fp8Granularity::Tensorwise
+                           : scales == Fp8Scales::Block128 ? Fp8Granularity::Block128
+                                                           : Fp8Granularity::Rowwise;
+  auto [q, s] = quantize_fp8(randn_on(Device::cpu(), {n, k}, kFloat32, seed), g, dtype);
+  s = s * (rand_on(Device::cpu(), s.sizes(), kFloat32, seed + 1) + 0.25);
+  if (scales == Fp8Scales::Rowwise1d) s = s.reshape({n});
+  return {q.to(d), s.to(d)};
+}
+
+// fp8_linear of x [m, k] (x_dtype) with an [n, k] weight; bias [n] of x's dtype when asked.
+std::vector<Tensor> fp8_lin(Device d, int64_t m, int64_t k, int64_t n, DType x_dtype, Fp8Scales scales, bool bias,
+                            DType w_dtype = kFloat8_e4m3fn) {
+  const auto [w, s] = fp8_weight(d, n, k, scales, w_dtype);
+  const Tensor x = randn_on(d, {m, k}, x_dtype, 33);
+  std::optional<Tensor> b;
+  if (bias) b = randn_on(d, {n}, x_dtype, 34);
+  return {fp8_linear(x, w, s, b)};
+}
+
+// Both slices of a [300, 2080] weight (row stride 2080 bytes > K = 2048) and 2048 columns of it
+// starting at `col` (0: block scales cropped to [3, 16], a non-contiguous view; else per-row scales).
+std::vector<Tensor> fp8_lin_weight_slice(Device d, int64_t m, int64_t col) {
+  auto [wide, s] = fp8_weight(d, 300, 2080, col == 0 ? Fp8Scales::Block128 : Fp8Scales::Rowwise);
+  const Tensor w = wide.narrow(1, col, 2048);
+  if (col == 0) s = s.narrow(1, 0, 16);
+  return {fp8_linear(randn_on(d, {m, 2048}, kBFloat16, 35), w, s)};
+}
+
+}  // namespace
+
+// Rows kernel (M <= 8, K % 16 == 0, aligned). M = 1, block scales, N = 1000 (not a multiple of 128:
+// the last scale row covers 104 weight rows); K = 2048 is one partial batch (128 of 256 units).
+EMBER_PARITY_CASE_TOL(fp8_linear_rows_m1_bf16_block, 1e-2, 0.1, { return fp8_lin(d, 1, 2048, 1000, kBFloat16, Fp8Scales::Block128, false); });
+// Rows kernel, K = 4112: one whole batch (8 loads of 16 codes per lane = 4096 codes) and a tail
+// batch of one load; f16 x, bias, per-row scales given as a 1-D [N] tensor.
+EMBER_PARITY_CASE_TOL(fp8_linear_rows_m1_f16_k_tail_rowwise1d_bias, 1e-2, 0.1, { return fp8_lin(d, 1, 4112, 777, kFloat16, Fp8Scales::Rowwise1d, true); });
+// Rows kernel, K = 8192: two whole batches, no tail; M = 4 (R = 4), block scales (64 per row).
+EMBER_PARITY_CASE_TOL(fp8_linear_rows_m4_bf16_whole_batches_block, 1e-2, 0.1, { return fp8_lin(d, 4, 8192, 260, kBFloat16, Fp8Scales::Block128, false); });
+// Rows kernel R = 4 with m = 3 < R (the fourth row unused), tensorwise scale (a 0-dim tensor).
+EMBER_PARITY_CASE_TOL(fp8_linear_rows_m3_bf16_tensorwise, 1e-2, 0.1, { return fp8_lin(d, 3, 2048, 1000, kBFloat16, Fp8Scales::Tensorwise, false); });
+// Rows kernel R = 8 with m = 5 < R, f16 x, [N, 1] per-row scales, bias.
+EMBER_PARITY_CASE_TOL(fp8_linear_rows_m5_f16_rowwise_bias, 1e-2, 0.1, { return fp8_lin(d, 5, 1024, 300, kFloat16, Fp8Scales::Rowwise, true); });
+// Rows kernel R = 8, m = 8, f32 x (f32 loads), block scales, the bias an undefined Tensor.
+EMBER_PARITY_CASE_TOL(fp8_linear_rows_m8_f32_block_undefined_bias, 1e-4, 1e-3, {
+  const auto [w, s] = fp8_weight(d, 300, 2048, Fp8Scales::Block128);
+  return {fp8_linear(randn_on(d, {8, 2048}, kFloat32, 33), w, s, Tensor())};
+});
+// Rows kernel R = 2 with e5m2 codes (the hardware converter's E5M2 mode), bf16 x, block scales.
+EMBER_PARITY_CASE_TOL(fp8_linear_rows_m2_e5m2_bf16_block, 1e-2, 0.1, {
+  return fp8_lin(d, 2, 2048, 384, kBFloat16, Fp8Scales::Block128, false, kFloat8_e5m2);
+});
+// Rows kernel on weight slices: row stride 2080 bytes (a multiple of 16) > K = 2048, at column 0
+// (block scales cropped to the slice) and at column 16 (base 16 bytes in: still aligned).
+EMBER_PARITY_CASE_TOL(fp8_linear_rows_m1_weight_slice, 1e-2, 0.1, { return fp8_lin_weight_slice(d, 1, 0); });
+EMBER_PARITY_CASE_TOL(fp8_linear_rows_m3_weight_slice_offset16, 1e-2, 0.1, { return fp8_lin_weight_slice(d, 3, 16); });
+// Rows kernel (M = 2 after the reshape) with x [2, 1, K]: the output keeps x's leading dims.
+EMBER_PARITY_CASE_TOL(fp8_linear_rows_leading_dims, 1e-2, 0.1, {
+  const auto [w, s] = fp8_weight(d, 200, 2048, Fp8Scales::Block128);
+  const Tensor out = fp8_linear(randn_on(d, {2, 1, 2048}, kBFloat16, 33), w, s, randn_on(d, {200}, kBFloat16, 34));
+  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{2, 1, 200})) << "on " << d.str();
+  return {out};
+});
+// Rows kernel with 16 lanes per weight row (1024 < K <= 2048 and N >= 4096). K = 2048: one whole
+// batch per lane; N = 4100: the last block's rows 4096..4099 sit in one half of its first warp, the
+// rest of the block exits (the row's shuffles must involve its own 16 lanes only).
+EMBER_PARITY_CASE_TOL(fp8_linear_rows16_m1_bf16_block_partial_block, 1e-2, 0.1, { return fp8_lin(d, 1, 2048, 4100, kBFloat16, Fp8Scales::Block128, false); });
+// 16 lanes per row, K = 1040 (65 units: a predicated batch only), M = 3, f16 x, per-row scales, bias.
+EMBER_PARITY_CASE_TOL(fp8_linear_rows16_m3_f16_tail_rowwise_bias, 1e-2, 0.1, { return fp8_lin(d, 3, 1040, 4097, kFloat16, Fp8Scales::Rowwise, true); });
+// Block scales of a weight with K <= 128: one scale column, [ceil(N/128), 1] = [3, 1], which is
+// NOT the per-row layout [N, 1] (weight row n takes scale row n / 128). Rows kernel (K = 128) and
+// run_rows' mma tiles (M = 9, K = 96).
+EMBER_PARITY_CASE_TOL(fp8_linear_rows_m1_block_one_scale_column, 1e-2, 0.1, { return fp8_lin(d, 1, 128, 300, kBFloat16, Fp8Scales::Block128, false); });
+EMBER_PARITY_CASE_TOL(fp8_linear_mma_m9_block_one_scale_column, 1e-2, 0.1, { return fp8_lin(d, 9, 96, 300, kBFloat16, Fp8Scales::Block128, true); });
+
+// Fallback, e4m3fn: run_rows' mma tile kernel (bf16/f16 x, M > 8), then the bias add. M = 9.
+EMBER_PARITY_CASE_TOL(fp8_linear_mma_m9_bf16_block_bias, 1e-2, 0.1, { return fp8_lin(d, 9, 2048, 1000, kBFloat16, Fp8Scales::Block128, true); });
+// Fallback, mma tiles: prefill, M = 64, K = 1024, N = 384, block scales.
+EMBER_PARITY_CASE_TOL(fp8_linear_mma_m64_prefill_block, 1e-2, 0.1, { return fp8_lin(d, 64, 1024, 384, kBFloat16, Fp8Scales::Block128, false); });
+// Fallback, mma tiles with f16 x, per-row scales (applied in the epilogue) and bias; M = 33.
+EMBER_PARITY_CASE_TOL(fp8_linear_mma_m33_f16_rowwise_bias, 1e-2, 0.1, { return fp8_lin(d, 33, 512, 200, kFloat16, Fp8Scales::Rowwise, true); });
+// Fallback, K = 1000 (not a multiple of 16: 1000-byte weight rows): run_rows' tiled kernel (wmma).
+EMBER_PARITY_CASE_TOL(fp8_linear_tiled_m1_k1000_block, 1e-2, 0.1, { return fp8_lin(d, 1, 1000, 300, kBFloat16, Fp8Scales::Block128, false); });
+// Fallback, f32 x with M = 12: run_rows' tiled kernel with FMA (block scales on the staged values).
+EMBER_PARITY_CASE_TOL(fp8_linear_tiled_m12_f32_block_bias, 1e-4, 1e-3, { return fp8_lin(d, 12, 640, 200, kFloat32, Fp8Scales::Block128, true); });
+// Fallback, K = 1001 on row-aligned views (x [2, 1008] and weight [260, 1024] cropped to 1001
+// columns): the rows kernel needs K % 16 == 0, run_rows' decode kernel takes it (a K tail of 9).
+EMBER_PARITY_CASE_TOL(fp8_linear_decode_m2_k1001_views, 1e-2, 0.1, {
+  const auto [wide, s] = fp8_weight(d, 260, 1024, Fp8Scales::Rowwise);
+  const Tensor x = randn_on(d, {2, 1008}, kBFloat16, 33).narrow(1, 0, 1001);
+  return {fp8_linear(x, wide.narrow(1, 0, 1001), s, randn_on(d, {260}, kBFloat16, 34))};
+});
+// Fallback, x rows 2049 * 2 bytes apart (x [4, 2049] cropped to K = 2048; not a multiple of 16):
+// run_rows' tiled kernel.
+EMBER_PARITY_CASE_TOL(fp8_linear_tiled_x_row_stride_unaligned, 1e-2, 0.1, {
+  const auto [w, s] = fp8_weight(d, 300, 2048, Fp8Scales::Block128);
+  return {fp8_linear(randn_on(d, {4, 2049}, kBFloat16, 33).narrow(1, 0, 2048), w, s)};
+});
+// Fallback, x starting 2 bytes into its storage (rows 4128 bytes apart, but not 16-byte aligned).
+EMBER_PARITY_CASE_TOL(fp8_linear_tiled_x_base_unaligned, 1e-2, 0.1, {
+  const auto [w, s] = fp8_weight(d, 300, 2048, Fp8Scales::Rowwise);
+  return {fp8_linear(randn_on(d, {1, 2064}, kFloat16, 33).narrow(1, 1, 2048), w, s, randn_on(d, {300}, kFloat16, 34))};
+});
+// Fallback, the weight starting 8 bytes into its storage (not 16-byte aligned): tiled kernel.
+EMBER_PARITY_CASE_TOL(fp8_linear_tiled_weight_base_unaligned, 1e-2, 0.1, {
+  const auto [wide, s] = fp8_weight(d, 300, 2080, Fp8Scales::Rowwise);
+  return {fp8_linear(randn_on(d, {1, 2048}, kBFloat16, 33), wide.narrow(1, 8, 2048), s)};
+});
+// Fallback, e5m2 weights beyond the rows kernel: dequantized to f32, then linear. M = 16 with bias
+// and block scales; M = 1 with K = 1000 (not a multiple of 16), f32 x, per-row scales.
+EMBER_PARITY_CASE_TOL(fp8_linear_dequant_e5m2_m16_block_bias, 1e-2, 0.1, {
+  return fp8_lin(d, 16, 2048, 300, kBFloat16, Fp8Scales::Block128, true, kFloat8_e5m2);
+});
+EMBER_PARITY_CASE_TOL(fp8_linear_dequant_e5m2_m1_k1000_f32, 1e-4, 1e-3, {
+  return fp8_lin(d, 1, 1000, 200, kFloat32, Fp8Scales::Rowwise, true, kFloat8_e5m2);
+});
+// The front end's own cases, on every device: K = 0 (the bias, broadcast) and M = 0 ([0, N]).
+EMBER_PARITY_CASE(fp8_linear_k0_bias, {
+  const Tensor w = empty({40, 0}, kFloat8_e4m3fn, d), s = full({40, 1}, 2.0, kFloat32, d);
+  return {fp8_linear(empty({3, 0}, kBFloat16, d), w, s, randn_on(d, {40}, kBFloat16, 34))};
+});
+EMBER_PARITY_CASE(fp8_linear_m0, {
+  const auto [w, s] = fp8_weight(d, 40, 64, Fp8Scales::Block128);
+  return {fp8_linear(empty({0, 64}, kBFloat16, d), w, s)};
 });
 
 }  // namespace ember::test
