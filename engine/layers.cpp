@@ -64,31 +64,11 @@ Tensor Rope::operator()(const Tensor& x, int64_t start_pos) const {
   return apply_rotary_emb(x, c, s);  // [B, heads, L, D]: x * c + rotate_half(x) * s, one launch
 }
 
-namespace {
-
-/// An fp8 weight's decoding scale as scaled_grouped_mm takes it for one group: [1] tensorwise,
-/// [1, N] per output channel, [1, ceil(N/128), ceil(K/128)] blocks.
-Tensor one_group_scale(const Tensor& scale, int64_t out_features) {
-  if (scale.numel() == 1) return scale.reshape({1});
-  const bool per_channel = scale.dim() == 1 || (scale.dim() == 2 && scale.size(1) == 1 && scale.size(0) == out_features);
-  return per_channel ? scale.reshape({1, out_features}) : scale.unsqueeze(0);
-}
-
-}  // namespace
-
 Tensor Linear::operator()(const Tensor& x) const {
+  const std::optional<Tensor> b = bias.defined() ? std::optional<Tensor>(bias) : std::nullopt;
   const Tensor& w = weight.weight;
-  if (w.dtype() != kFloat8_e4m3fn) return linear(x, w, bias.defined() ? std::optional<Tensor>(bias) : std::nullopt);
-  // Weight-only fp8: one group of scaled_grouped_mm holding every row.
-  std::vector<int64_t> shape = x.sizes();
-  const int64_t in_features = shape.back(), out_features = w.size(0);
-  const Tensor rows = x.reshape({-1, in_features});                            // [T, K]
-  const Tensor offsets = full({1}, rows.size(0), kInt32, x.device());          // [1]: rows [0, T)
-  Tensor y = scaled_grouped_mm(rows, w.unsqueeze(0).transpose(1, 2), std::nullopt,
-                               one_group_scale(weight.scale, out_features), offsets, x.dtype());  // [T, N]
-  shape.back() = out_features;
-  y = y.reshape(shape);                                                        // [..., N]
-  return bias.defined() ? y + bias : y;
+  return is_fp8(w.dtype()) ? fp8_linear(x, w, weight.scale, b)  // [..., N]: weight-only fp8, never dequantized
+                           : linear(x, w, b);                   // [..., N]
 }
 
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t start_pos) {
