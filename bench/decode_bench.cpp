@@ -1,7 +1,7 @@
 // ember side of the decode benchmark (scripts/gpu_check.sh bench-decode runs it next to bench/torch_decode.py
-// in one device call). Reads cases ("gemv 1xKxN K N", "softmax ROWS VOCAB") from stdin, prints
-// one JSON object per case. Method, identical to the PyTorch script: a CUDA graph of a run of
-// calls over inputs rotated through more than 4x the L2 (so HBM is measured, not the cache),
+// in one device call). Reads cases ("gemv 1xKxN K N", "softmax ROWS VOCAB", "scaled_mm M K N MODE",
+// "weight_fp8 M K N") from stdin, prints one JSON object per case. Method, identical to the PyTorch
+// script: a CUDA graph of a run of calls over inputs rotated through more than 4x the L2 (so HBM is measured, not the cache),
 // replayed 15 times after a warm-up; the median replay divided by the number of calls.
 // Each case is first checked against the CPU backend (small shapes) so a fast wrong kernel
 // cannot report a number.
@@ -9,6 +9,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <iostream>
 #include <sstream>
@@ -111,6 +112,63 @@ void bench_scaled_mm(int64_t m, int64_t k, int64_t n, const std::string& mode) {
              m, k, n, mode, us, (m * k + nbytes) / us / 1e3, 2.0 * m * k * n / us / 1e6, bf16_us, rel_err, nodes);
 }
 
+
+// Weight-only FP8 linear (fp8_linear, the engine's FP8 projections): bf16 x [m, K] against an
+// e4m3fn weight [N, K] with 128x128 block scales; beside it the same product through
+// scaled_grouped_mm with one group (the engine's path before fp8_linear: "grouped_us") and ember's
+// bf16 linear on the same shape ("bf16_us"). Device time from graph replay, and, since the engine
+// decodes eagerly, the wall time per call of back-to-back eager calls ("*eager_us"), which adds
+// the host's work per op.
+void bench_weight_fp8(int64_t m, int64_t k, int64_t n) {
+  const Device gpu = Device::cuda();
+  const int64_t nbytes = k * n, copies = copies_for(nbytes), n_calls = std::max<int64_t>(copies, 20);
+  std::vector<Tensor> qs, scales, wb;
+  for (int64_t c = 0; c < copies; ++c) {
+    auto [q, scale] = quantize_fp8(randn({n, k}, kFloat32, gpu, 500 + c), Fp8Granularity::Block128);
+    qs.push_back(q);
+    scales.push_back(scale);  // [ceil(N/128), ceil(K/128)]
+  }
+  const int64_t bcopies = copies_for(2 * nbytes);
+  for (int64_t c = 0; c < bcopies; ++c) wb.push_back(randn({n, k}, kBFloat16, gpu, 600 + c));
+  const Tensor x = randn({m, k}, kBFloat16, gpu, 12);
+  const auto grouped = [&x, m](const Tensor& q, const Tensor& scale) {
+    const Tensor offsets = full({1}, m, kInt32, x.device());
+    return scaled_grouped_mm(x, q.unsqueeze(0).transpose(1, 2), std::nullopt, scale.unsqueeze(0), offsets, kBFloat16);
+  };
+  double rel_err = -1;
+  if (k * n <= (64ll << 20)) {
+    const Tensor ref = linear(x.to(Device::cpu()).to(kFloat32), dequantize_fp8(qs[0], scales[0]).to(Device::cpu()));
+    rel_err = bench::relative_error(fp8_linear(x, qs[0], scales[0]), ref);
+  }
+  std::vector<std::function<void()>> calls, gcalls, bcalls;
+  for (int64_t i = 0; i < n_calls; ++i) {
+    calls.push_back([&, i] { fp8_linear(x, qs[i % copies], scales[i % copies]); });
+    gcalls.push_back([&, i] { grouped(qs[i % copies], scales[i % copies]); });
+  }
+  for (int64_t i = 0; i < std::max<int64_t>(bcopies, 20); ++i) bcalls.push_back([&, i] { linear(x, wb[i % bcopies]); });
+  double nodes = 0;
+  const double us = bench::time_graph(calls, 15, cudaStreamCaptureModeRelaxed, &nodes);
+  const double grouped_us = bench::time_graph(gcalls), bf16_us = bench::time_graph(bcalls);
+  const auto eager = [](const std::vector<std::function<void()>>& fs) {  // median of 5 rounds of every call
+    std::vector<double> rounds;
+    for (int r = 0; r < 6; ++r) {
+      bench::check(cudaDeviceSynchronize(), "sync");
+      const auto t0 = std::chrono::steady_clock::now();
+      for (const auto& f : fs) f();
+      bench::check(cudaDeviceSynchronize(), "sync");
+      const double total = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      if (r > 0) rounds.push_back(total / static_cast<double>(fs.size()));  // round 0 warms up
+    }
+    std::nth_element(rounds.begin(), rounds.begin() + 2, rounds.end());
+    return rounds[2];
+  };
+  const double eager_us = eager(calls), grouped_eager_us = eager(gcalls), bf16_eager_us = eager(bcalls);
+  fmt::print("{{\"impl\": \"ember\", \"op\": \"weight_fp8\", \"case\": \"{} {} {}\", \"us\": {:.3f}, \"gbps\": {:.1f}, "
+             "\"grouped_us\": {:.3f}, \"bf16_us\": {:.3f}, \"eager_us\": {:.3f}, \"grouped_eager_us\": {:.3f}, "
+             "\"bf16_eager_us\": {:.3f}, \"rel_err\": {:.2e}, \"graph_nodes_per_call\": {:.2f}}}\n",
+             m, k, n, us, nbytes / us / 1e3, grouped_us, bf16_us, eager_us, grouped_eager_us, bf16_eager_us, rel_err, nodes);
+}
+
 }  // namespace
 
 int main() {
@@ -126,6 +184,7 @@ int main() {
     try {
       if (op == "gemv") { std::string o; int64_t k, n; in >> o >> k >> n; bench_gemv(o, k, n); }
       else if (op == "softmax") { int64_t r, v; in >> r >> v; bench_softmax(r, v); }
+      else if (op == "weight_fp8") { int64_t m, k, n; in >> m >> k >> n; bench_weight_fp8(m, k, n); }
       else if (op == "scaled_mm") { int64_t m, k, n; std::string mode; in >> m >> k >> n >> mode; bench_scaled_mm(m, k, n, mode); }
     } catch (const std::exception& e) {
       fmt::print("{{\"impl\": \"ember\", \"op\": \"{}\", \"case\": \"{}\", \"error\": \"{}\"}}\n", op, line, e.what());
