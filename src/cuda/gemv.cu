@@ -159,8 +159,21 @@
 //      end 19.8-24.2 us after (mean 22.9) and the last tile's y 1.4 us after the last loop. The
 //      SMs fall into groups: ~20 (ids 33-43 and 78-87 on that machine) end their 5 blocks at
 //      21.7-22.7 us, the others at 23.0-24.2; 14336x4096 the same (24.0-25.3 against 26-27.2). So
-//      equal static shares leave the fast SMs idle for the last ~1.5 us. bench/columns_claims_probe.cu
-//      (written then, not yet run) has the blocks claim their rows from a per-tile counter instead.
+//      equal static shares leave the fast SMs idle for the last ~1.5 us.
+//   Not taken (session 24; bench/columns_claims_probe.cu, and branch s24-trials in ember): the
+//      blocks claiming units of 16 (or 32) rows of K from a per-tile counter, thread 0 keeping 2-3
+//      claims ahead in a shared ring, so fast SMs take more. Probe (H200, us, static -> claims 2x2 @5
+//      / 2x3 @4 / 1x4 @4): 14336x3584 27.60-27.70 -> 33.08-33.28 / 36.34-36.42 / 47.73-48.25, 14336x4096
+//      30.86-31.11 -> 36.85-37.03, 3584x14336 27.39-27.56 -> 32.63-32.91, 8192x8192 34.41-34.60 ->
+//      41.78-41.91. In ember (columns_claims_kernel, 2x2 at 4 blocks per SM, one build, two runs):
+//      14336x3584 26.00-26.07 -> 32.24-32.27, 14336x4096 29.81-29.91 -> 36.58-36.63, 8192x28672
+//      106.2-106.5 -> 131.4-131.5, 28672x8192 105.5-105.8 -> 126.8-127.1. Both hold 4 loads in
+//      flight per thread; the claims add a block barrier per unit and a thread-0 atomic per unit
+//      whose result must reach shared memory before the unit after next is loaded. Not traced.
+//      Same call: 14336x3584 ran 26.44-26.52 us in a 4-shape decode_bench run and 27.12 inside the
+//      full 96-shape list on one machine (docs/perf-runs/2026-12-01-s24-ab.txt, call 3; clocks
+//      steady at 1980 MHz), so the large columns shapes' 3.8-3.95 TB/s moves ~2% with the run around
+//      them as well as with the machine.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
