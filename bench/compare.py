@@ -23,7 +23,10 @@ def main():
             # One side has no time for this case: it does not run it (torch has no FP8 batched_mm
             # path, for one) or it failed (its error is shown).
             errors = " ".join(f"{name}: {r['error']}" for name, r in sorted(impls.items()) if "error" in r)
-            print(f"{op:8} {case:24} no ratio: times only from {sorted(n for n, r in impls.items() if 'us' in r)} {errors}")
+            own = ""  # an ember-only case that times ember's bf16 form of it beside (weight_fp8)
+            if e and "us" in e and e.get("bf16_us", -1) > 0:
+                own = f"  ember {e['us']:.2f} us, ember bf16 {e['bf16_us']:.2f} us (fp8 {e['bf16_us'] / e['us']:.2f}x)"
+            print(f"{op:8} {case:24} no ratio: times only from {sorted(n for n, r in impls.items() if 'us' in r)} {errors}{own}")
             continue
         s = t["us"] / e["us"]
         by_op[op].append(s)

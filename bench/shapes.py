@@ -40,6 +40,12 @@ SCALED_MM = [(1, 4096, 14336), (2, 4096, 14336), (4, 4096, 14336), (1, 4096, 409
 # "-fast": use_fast_accum=True (torch._scaled_mm's flag; ember's scaled_mm overload of that name).
 SCALED_MM_MODES = ("tensorwise", "rowwise", "tensorwise-fast", "rowwise-fast")
 
+# Weight-only FP8 linear (fp8_linear, 128x128 block scales; ember only: PyTorch has no such kernel,
+# decode_bench prints ember's bf16 linear beside it): (M, K, N), the FP8 checkpoints' projections
+# of Qwen3-30B-A3B (q, k/v, o) and Qwen3.5-35B-A3B (q+gate), a large one, and a few rows.
+WEIGHT_FP8 = [(1, 2048, 4096), (1, 2048, 512), (1, 4096, 2048), (1, 2048, 8192), (1, 4096, 14336),
+              (2, 2048, 4096), (4, 2048, 4096), (8, 2048, 4096)]
+
 
 def gemv_cases():
     """(orientation, K, N) for all 96 shapes."""
@@ -56,3 +62,5 @@ if __name__ == "__main__":  # emits the case list for ember's C++ benchmark
     for m, k, n in SCALED_MM:
         for mode in SCALED_MM_MODES:
             print(f"scaled_mm {m} {k} {n} {mode}")
+    for m, k, n in WEIGHT_FP8:
+        print(f"weight_fp8 {m} {k} {n}")
