@@ -31,6 +31,11 @@
 
 namespace ember::cuda {
 
+/// The decode GEMVs (gemv.cu, fp8_linear.cu) go out as programmatic dependent launches below this
+/// many bytes of weights only: from 16 MiB up, gemv.cu's columns kernels measured slower so (its
+/// launch rule has the numbers).
+constexpr int64_t kPdlMaxWeightBytes = int64_t{16} << 20;
+
 __device__ __forceinline__ void wait_for_previous_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

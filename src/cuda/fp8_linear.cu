@@ -40,6 +40,7 @@
 #include "cuda/dependent_launch.cuh"
 #include "cuda/grouped_mm.h"
 #include "cuda/moe_elements.cuh"
+#include "cuda/native_float.cuh"
 #include "cuda/runtime.h"
 #include "ember/ops.h"
 
@@ -53,21 +54,7 @@ using gmm::to_f;
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kLoads = 8;    // 16-byte weight loads per lane and batch
 constexpr int kMaxRows = 8;  // rows of x the rows kernel takes
-constexpr int kTensorwise = 0, kPerRow = 1, kBlocks = 2;  // the scale's layout
-
-// 16 codes (one 16-byte load) -> 16 floats, two at a time through the hardware converter.
-template <__nv_fp8_interpretation_t kFormat> __device__ __forceinline__ void decode16(const uint4& q, float (&f)[16]) {
-  const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-  for (int w = 0; w < 4; ++w)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const auto pair = static_cast<__nv_fp8x2_storage_t>(words[w] >> (16 * h));
-      const float2 v = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, kFormat)));
-      f[4 * w + 2 * h] = v.x;
-      f[4 * w + 2 * h + 1] = v.y;
-    }
-}
+using gmm::WeightScale;
 
 // x[0..15] . w[0..15]; x 16-byte aligned.
 template <class XT> __device__ __forceinline__ float dot16(const XT* x, const float (&w)[16]) {
@@ -94,7 +81,7 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const uint4* __restrict_
   const int lane = threadIdx.x % kLanes, row = blockIdx.x * (kThreads / kLanes) + threadIdx.x / kLanes;
   if (row >= n) return;  // all kLanes lanes of the row
   const uint4* wr = w + static_cast<int64_t>(row) * ldw_vec;
-  const float* block_scales = scale_kind == kBlocks ? scale + static_cast<int64_t>(row / 128) * scale_ld : nullptr;
+  const float* block_scales = scale_kind == WeightScale::Block128 ? scale + static_cast<int64_t>(row / 128) * scale_ld : nullptr;
   float acc[R] = {};
   // Loads u of a batch from unit i: units i + kLanes u + lane. All loads (and their block scales)
   // are issued before any is decoded, so they are in flight together.
@@ -113,7 +100,7 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const uint4* __restrict_
       const int c = i + kLanes * u + lane;
       if (tail && c >= k_vec) continue;
       float wf[16];
-      decode16<kFormat>(v[u], wf);
+      decode_fp8x16<kFormat>(v[u], wf);
 #pragma unroll
       for (int r = 0; r < R; ++r)
         if (r < m) acc[r] = fmaf(s[u], dot16(x + r * ldx + 16 * static_cast<int64_t>(c), wf), acc[r]);
@@ -123,7 +110,7 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const uint4* __restrict_
   for (; i + kLanes * kLoads <= k_vec; i += kLanes * kLoads) batch(i, false);
   if (i < k_vec) batch(i, true);
   dependents_may_launch();
-  const float row_scale = scale_kind == kTensorwise ? scale[0] : scale_kind == kPerRow ? scale[row] : 1.f;
+  const float row_scale = scale_kind == WeightScale::Tensorwise ? scale[0] : scale_kind == WeightScale::Rowwise ? scale[row] : 1.f;
   const float b = bias ? to_f(bias[row]) : 0.f;
   // The row's lanes only: with 16 lanes per row the other half of the warp may have exited.
   const unsigned lanes = kLanes == 32 ? 0xffffffffu : 0xffffu << (threadIdx.x % 32 / kLanes * kLanes);
@@ -136,16 +123,17 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const uint4* __restrict_
   }
 }
 
-// [1], [N, 1] or blocks [ceil(N/128), ceil(K/128)], which may also have one column (K <= 128).
-int scale_kind_of(const Tensor& scale, int64_t n) {
-  return scale.numel() == 1 ? kTensorwise : scale.size(0) == n && scale.size(1) == 1 ? kPerRow : kBlocks;
+// The front end's [1], [N, 1] or [ceil(N/128), ceil(K/128)] scale (contiguous) as grouped_mm's
+// one-group [1, R, C] form; weight_scale tells the block scales' one-column case (K <= 128) from
+// per-row scales by R.
+WeightScale one_group_scale(const Tensor& scale, int64_t n) {
+  return gmm::weight_scale(scale.reshape({1, -1, scale.dim() == 2 ? scale.size(1) : 1}), n);
 }
 
 template <class XT, __nv_fp8_interpretation_t kFormat>
 void launch_rows(const Tensor& x, const Tensor& weight, const Tensor& scale, const Tensor& bias, const Tensor& out, int device) {
   const int64_t m = x.size(0), n = weight.size(0), k = weight.size(1);
-  const int kind = scale_kind_of(scale, n);
-  constexpr int64_t kPdlMaxWeightBytes = int64_t{16} << 20;
+  const WeightScale ws = one_group_scale(scale, n);
   const bool pdl = n * k < kPdlMaxWeightBytes && dependent_launches_enabled(device);
   // 16 lanes per row where that fills a lane's batch that 32 lanes would leave half empty (1024 <
   // K <= 2048) and the grid still has >= 256 blocks (v2 has the numbers).
@@ -154,8 +142,7 @@ void launch_rows(const Tensor& x, const Tensor& weight, const Tensor& scale, con
   const DependentLaunch launch(dim3(static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block)), kThreads, 0, current_raw_stream(device), pdl);
   const auto run = [&](auto kernel) {
     launch(kernel, static_cast<const uint4*>(weight.raw_data()), weight.stride(0) / 16, static_cast<int>(n), static_cast<int>(k / 16),
-           static_cast<const XT*>(x.raw_data()), x.stride(0), static_cast<int>(m), scale.data_ptr<float>(), kind,
-           kind == kBlocks ? scale.stride(0) : int64_t{0}, bias.defined() ? static_cast<const XT*>(bias.raw_data()) : nullptr,
+           static_cast<const XT*>(x.raw_data()), x.stride(0), static_cast<int>(m), ws.ptr, ws.kind, ws.s1, bias.defined() ? static_cast<const XT*>(bias.raw_data()) : nullptr,
            static_cast<XT*>(out.raw_data()));
   };
   const auto run_lanes = [&](auto rows_tag) {
@@ -180,11 +167,7 @@ void run_grouped(const Tensor& x, const Tensor& weight, const Tensor& scale, con
   gmm::RowsProblem p;
   p.a = x.raw_data(); p.a_rs = x.stride(0); p.a_ks = x.stride(1); p.a_type = x.dtype();
   p.b = weight.raw_data(); p.b_ks = weight.stride(1); p.b_ns = weight.stride(0); p.b_type = weight.dtype();  // B [1, K, N] = w^T
-  const int kind = scale_kind_of(scale, weight.size(0));
-  p.scale_b.ptr = scale.data_ptr<float>();
-  p.scale_b.kind = kind == kTensorwise ? gmm::WeightScale::Tensorwise : kind == kPerRow ? gmm::WeightScale::Rowwise : gmm::WeightScale::Block128;
-  p.scale_b.s1 = scale.stride(0);  // per row: [N, 1]; blocks: [N / 128, K / 128]
-  p.scale_b.s2 = kind == kBlocks ? scale.stride(1) : 0;
+  p.scale_b = one_group_scale(scale, weight.size(0));
   p.rows = x.size(0); p.n = weight.size(0); p.k = weight.size(1);
   p.out = out.raw_data(); p.o_rs = out.stride(0); p.o_ns = out.stride(1); p.out_type = out.dtype();
   gmm::run_rows(p, device);

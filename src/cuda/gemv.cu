@@ -1094,7 +1094,6 @@ void gemv(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& ou
   // to 0.81x (14336x4096 30.7 -> 37.7 us, 8192x28672 109 -> 134), rows with K = 14336 0.90x, the
   // lm_head shapes unchanged. Likely the uneven start of early-resident blocks that
   // bench/stream_probe.cu "pdlgrid" shows; not pinned down for these kernels.
-  constexpr int64_t kPdlMaxWeightBytes = int64_t{16} << 20;
   const int64_t weight_bytes = (m == 1 || n != 1 ? k * n : m * k) * static_cast<int64_t>(out.itemsize());
   const bool pdl = weight_bytes < kPdlMaxWeightBytes && dependent_launches_enabled(device);
   dispatch_gemv_type(out.dtype(), [&](auto* tag) {

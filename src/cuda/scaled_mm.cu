@@ -67,21 +67,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// 16 e4m3 bytes (one uint4) -> 16 floats, two at a time through the hardware converter.
-__device__ __forceinline__ void decode16(const uint4& q, float (&f)[16]) {
-  const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const auto pair = static_cast<__nv_fp8x2_storage_t>(words[w] >> (16 * h));
-      const float2 v = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
-      f[w * 4 + h * 2] = v.x;
-      f[w * 4 + h * 2 + 1] = v.y;
-    }
-  }
-}
-
 template <int M, int GROUP, class OutT>
 __global__ void __launch_bounds__(kThreads) fp8_gemv(const uint8_t* __restrict__ w, int64_t ldw,
                                                      const uint8_t* __restrict__ a, int64_t lda, int64_t n, int64_t k,
@@ -110,11 +95,11 @@ __global__ void __launch_bounds__(kThreads) fp8_gemv(const uint8_t* __restrict__
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         float wf[16];
-        decode16(wq[u], wf);
+        decode_fp8x16(wq[u], wf);
 #pragma unroll
         for (int m = 0; m < M; ++m) {
           float af[16];
-          decode16(aq[u][m], af);
+          decode_fp8x16(aq[u][m], af);
 #pragma unroll
           for (int j = 0; j < 16; ++j) acc[m] = fmaf(af[j], wf[j], acc[m]);
         }
