@@ -42,9 +42,11 @@ SCALED_MM_MODES = ("tensorwise", "rowwise", "tensorwise-fast", "rowwise-fast")
 
 # Weight-only FP8 linear (fp8_linear, 128x128 block scales; ember only: PyTorch has no such kernel,
 # decode_bench prints ember's bf16 linear beside it): (M, K, N), the FP8 checkpoints' projections
-# of Qwen3-30B-A3B (q, k/v, o) and Qwen3.5-35B-A3B (q+gate), a large one, and a few rows.
+# of Qwen3-30B-A3B (q, k/v, o) and Qwen3.5-35B-A3B (q+gate), a large one, and 2-8 rows (decode with a
+# few sequences: mma_rows_kernel).
 WEIGHT_FP8 = [(1, 2048, 4096), (1, 2048, 512), (1, 4096, 2048), (1, 2048, 8192), (1, 4096, 14336),
-              (2, 2048, 4096), (4, 2048, 4096), (8, 2048, 4096)]
+              (2, 2048, 4096), (4, 2048, 4096), (8, 2048, 4096), (2, 4096, 2048), (8, 4096, 2048),
+              (8, 2048, 512), (8, 4096, 14336)]
 
 
 def gemv_cases():

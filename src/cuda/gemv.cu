@@ -841,21 +841,6 @@ struct ClusterLaunch : DependentLaunch {
   }
 };
 
-// Blocks of `threads` threads (the kernel's block size) of `kernel` resident per SM (cached per
-// kernel and device).
-int resident_blocks_per_sm(const void* kernel, int device, int threads = kThreads) {
-  static std::mutex mutex;
-  static std::map<std::pair<const void*, int>, int> counts;
-  std::lock_guard lock(mutex);
-  const auto [it, inserted] = counts.try_emplace({kernel, device}, 1);
-  if (inserted) {
-    int blocks = 0;
-    EMBER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0));
-    it->second = std::max(blocks, 1);
-  }
-  return it->second;
-}
-
 // The largest cluster the cluster columns kernel `kernel` (blocks of `threads`) may use on
 // `device` (compute capability 9.0 or newer), 0 where it cannot run: a binary that carries the
 // kernel only for an older architecture (its body is compiled out there). 16 where the GPU can
@@ -1010,7 +995,7 @@ template <class T> bool launch_columns_wide(const GemvArgs<T>& g, int device, cu
   // A last wave of blocks less than half full costs more than the wide tiles save: 2048x151936
   // (1187 tiles, 1.12 waves) took 159 us against v4's 140 (H200, 5187fbe), while 1002 tiles (0.95
   // waves) and 1940-2004 (1.84-1.9 waves) won.
-  const double waves = static_cast<double>(tiles * cluster) / static_cast<double>(sms * resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), device));
+  const double waves = static_cast<double>(tiles * cluster) / static_cast<double>(sms * resident_blocks_per_sm(reinterpret_cast<const void*>(kernel), kThreads, device));
   if (waves > 1 && waves - std::floor(waves) < 0.5) return false;
   ClusterLaunch(static_cast<unsigned>(tiles), static_cast<unsigned>(cluster), stream, g.pdl)(kernel, g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k,
                                                                                              k_per_rank);
@@ -1037,7 +1022,7 @@ template <class T> void launch_columns(const GemvArgs<T>& g, int device, cudaStr
   const int64_t sms = device_properties(device).multiProcessorCount;
   int64_t splits = std::max<int64_t>(1, (4 * sms + tiles - 1) / tiles);
   const auto kernel = vec ? reinterpret_cast<const void*>(columns_kernel<T, true>) : reinterpret_cast<const void*>(columns_kernel<T, false>);
-  const int64_t wave_splits = sms * resident_blocks_per_sm(kernel, device) / tiles;
+  const int64_t wave_splits = sms * resident_blocks_per_sm(kernel, kThreads, device) / tiles;
   if (wave_splits > 0 && g.k / wave_splits >= kWaveSplitRows) splits = std::max(splits, wave_splits);
   splits = std::min<int64_t>(splits, std::max<int64_t>(1, g.k / (2 * kSlices)));
   splits = std::min<int64_t>(splits, 65535);

@@ -28,11 +28,12 @@ template <class T> __device__ __forceinline__ void mma16816(float (&c)[4], const
   }
 }
 
-/// Two e4m3 codes (the low 16 bits of `pair`, low byte first) as two T values packed in 32 bits:
-/// exact, e4m3 fits f16 and bf16. For f16 one conversion instruction. (A decode by integer
-/// operations, no conversions, was no faster in the MoE decode kernels: moe.cu, session 18.)
-template <class T> __device__ __forceinline__ uint32_t decode_fp8x2(uint32_t pair) {
-  const __half2 h(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xFFFFu), __NV_E4M3));
+/// Two e4m3 (or, with kFormat, e5m2) codes (the low 16 bits of `pair`, low byte first) as two T
+/// values packed in 32 bits: exact, both formats fit f16 and bf16. For f16 one conversion
+/// instruction. (A decode by integer operations, no conversions, was no faster in the MoE decode
+/// kernels, moe.cu, session 18, nor in fp8_linear.cu's mma_rows_kernel, session 25.)
+template <class T, __nv_fp8_interpretation_t kFormat = __NV_E4M3> __device__ __forceinline__ uint32_t decode_fp8x2(uint32_t pair) {
+  const __half2 h(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xFFFFu), kFormat));
   uint32_t bits;
   if constexpr (std::is_same_v<T, __half>) {
     memcpy(&bits, &h, 4);

@@ -240,6 +240,21 @@ int kernel_ptx_version(const void* kernel, int device) {
   return it->second;
 }
 
+int resident_blocks_per_sm(const void* kernel, int threads, int device) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, int>, int> counts;
+  const int d = resolve_device(device, "resident_blocks_per_sm");
+  std::lock_guard lock(mutex);
+  const auto [it, inserted] = counts.try_emplace({kernel, threads, d}, 1);
+  if (inserted) {
+    DeviceGuard guard(d);
+    int blocks = 0;
+    EMBER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, 0));
+    it->second = std::max(blocks, 1);
+  }
+  return it->second;
+}
+
 bool dependent_launches_enabled(int device) {
   return !environment_flag("EMBER_DISABLE_PDL") && fast_paths_enabled(device, 90);
 }

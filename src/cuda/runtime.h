@@ -38,6 +38,10 @@ bool fast_paths_enabled(int device, int min_capability);
 /// sm_90 code for it, and kernels that compile their cluster code for sm_90 only must not be
 /// launched as clusters.
 int kernel_ptx_version(const void* kernel, int device);
+/// Blocks of `threads` threads of `kernel` (a __global__ function's address) resident per SM of
+/// `device` at once, at least 1; cached per kernel, block size and device (eager calls are
+/// host-bound, and the query is not free).
+int resident_blocks_per_sm(const void* kernel, int threads, int device);
 /// Whether the decode kernels go out as programmatic dependent launches (dependent_launch.cuh):
 /// fast paths on sm_90 or newer, unless EMBER_DISABLE_PDL=1 (for profilers, and to measure what
 /// the overlap gives).

@@ -81,9 +81,10 @@ EMBER_PARITY_CASE(quantize_fp8_block, {
 namespace {
 
 // ---- fp8_linear: CUDA vs the CPU reference (dequantize_fp8, then an f32 mm) ---------------------
-// CUDA paths (src/cuda/fp8_linear.cu): the rows kernel (16 or 32 lanes per weight row) takes M <= 8
-// with K % 16 == 0, the weight unit-stride along K with 16-byte aligned rows, and x rows
-// unit-stride and 16-byte aligned; past it, e4m3fn weights run grouped_mm's run_rows (its decode kernel for <= 8 aligned rows, the mma
+// CUDA paths (src/cuda/fp8_linear.cu), for the weight unit-stride along K with 16-byte aligned rows
+// and x rows unit-stride and 16-byte aligned: mma_rows_kernel (4, 8 or 16 warps a block) takes
+// M = 2..8 of 16-bit x with K % 64 == 0; the rows kernel (16 or 32 lanes per weight row) the rest of
+// M <= 8 with K % 16 == 0 (one row of 16-bit x, f32 x, K % 64 != 0); past them, e4m3fn weights run grouped_mm's run_rows (its decode kernel for <= 8 aligned rows, the mma
 // tile kernel for bf16/f16 x, else the tiled kernel: wmma for bf16/f16 x, FMA for f32 x) plus a
 // bias add, and e5m2 weights are dequantized to f32 and go through linear.
 // Tolerances: every path multiplies exactly decoded codes by x and sums in f32, so CUDA and the
@@ -130,6 +131,20 @@ std::vector<Tensor> fp8_lin_weight_slice(Device d, int64_t m, int64_t col) {
   return {fp8_linear(randn_on(d, {m, 2048}, kBFloat16, 35), w, s)};
 }
 
+// fp8_linear of x [m, 2048] with a [200, 2048] block-scaled weight holding special codes: e4m3fn
+// NaN (0x7F, 0xFF) or e5m2 +inf, -inf and NaN (0x7C, 0xFC, 0x7E) at (row 3, column 100), (150,
+// 2000) and (151, 1027). Those rows' outputs are NaN or +-inf, the rest finite. (The mma kernel's
+// decode by bit moves makes these codes finite; it must see them and decode exactly.)
+std::vector<Tensor> fp8_lin_specials(Device d, int64_t m, DType x_dtype, DType w_dtype) {
+  auto [q, s] = quantize_fp8(randn_on(Device::cpu(), {200, 2048}, kFloat32, 31), Fp8Granularity::Block128, w_dtype);
+  const bool e4m3 = w_dtype == kFloat8_e4m3fn;
+  uint8_t* codes = static_cast<uint8_t*>(q.raw_data());
+  codes[3 * 2048 + 100] = e4m3 ? 0x7F : 0x7C;
+  codes[150 * 2048 + 2000] = e4m3 ? 0xFF : 0xFC;
+  codes[151 * 2048 + 1027] = e4m3 ? 0x7F : 0x7E;
+  return {fp8_linear(randn_on(d, {m, 2048}, x_dtype, 33), q.to(d), s.to(d))};
+}
+
 }  // namespace
 
 // Rows kernel (M <= 8, K % 16 == 0, aligned). M = 1, block scales, N = 1000 (not a multiple of 128:
@@ -138,27 +153,29 @@ EMBER_PARITY_CASE_TOL(fp8_linear_rows_m1_bf16_block, 1e-2, 0.1, { return fp8_lin
 // Rows kernel, K = 4112: one whole batch (8 loads of 16 codes per lane = 4096 codes) and a tail
 // batch of one load; f16 x, bias, per-row scales given as a 1-D [N] tensor.
 EMBER_PARITY_CASE_TOL(fp8_linear_rows_m1_f16_k_tail_rowwise1d_bias, 1e-2, 0.1, { return fp8_lin(d, 1, 4112, 777, kFloat16, Fp8Scales::Rowwise1d, true); });
-// Rows kernel, K = 8192: two whole batches, no tail; M = 4 (R = 4), block scales (64 per row).
-EMBER_PARITY_CASE_TOL(fp8_linear_rows_m4_bf16_whole_batches_block, 1e-2, 0.1, { return fp8_lin(d, 4, 8192, 260, kBFloat16, Fp8Scales::Block128, false); });
-// Rows kernel R = 4 with m = 3 < R (the fourth row unused), tensorwise scale (a 0-dim tensor).
-EMBER_PARITY_CASE_TOL(fp8_linear_rows_m3_bf16_tensorwise, 1e-2, 0.1, { return fp8_lin(d, 3, 2048, 1000, kBFloat16, Fp8Scales::Tensorwise, false); });
-// Rows kernel R = 8 with m = 5 < R, f16 x, [N, 1] per-row scales, bias.
-EMBER_PARITY_CASE_TOL(fp8_linear_rows_m5_f16_rowwise_bias, 1e-2, 0.1, { return fp8_lin(d, 5, 1024, 300, kFloat16, Fp8Scales::Rowwise, true); });
+// Rows kernel, K = 8192: two whole batches, no tail; M = 4 (R = 4) of f32 x, block scales (64 per row).
+EMBER_PARITY_CASE_TOL(fp8_linear_rows_m4_f32_whole_batches_block, 1e-4, 1e-3, { return fp8_lin(d, 4, 8192, 260, kFloat32, Fp8Scales::Block128, false); });
+// Rows kernel R = 4 with m = 3 < R (the fourth row unused), K = 2064 (not a multiple of 64),
+// tensorwise scale (a 0-dim tensor).
+EMBER_PARITY_CASE_TOL(fp8_linear_rows_m3_bf16_k2064_tensorwise, 1e-2, 0.1, { return fp8_lin(d, 3, 2064, 1000, kBFloat16, Fp8Scales::Tensorwise, false); });
+// Rows kernel R = 8 with m = 5 < R, K = 1008, f16 x, [N, 1] per-row scales, bias.
+EMBER_PARITY_CASE_TOL(fp8_linear_rows_m5_f16_k1008_rowwise_bias, 1e-2, 0.1, { return fp8_lin(d, 5, 1008, 300, kFloat16, Fp8Scales::Rowwise, true); });
 // Rows kernel R = 8, m = 8, f32 x (f32 loads), block scales, the bias an undefined Tensor.
 EMBER_PARITY_CASE_TOL(fp8_linear_rows_m8_f32_block_undefined_bias, 1e-4, 1e-3, {
   const auto [w, s] = fp8_weight(d, 300, 2048, Fp8Scales::Block128);
   return {fp8_linear(randn_on(d, {8, 2048}, kFloat32, 33), w, s, Tensor())};
 });
-// Rows kernel R = 2 with e5m2 codes (the hardware converter's E5M2 mode), bf16 x, block scales.
-EMBER_PARITY_CASE_TOL(fp8_linear_rows_m2_e5m2_bf16_block, 1e-2, 0.1, {
-  return fp8_lin(d, 2, 2048, 384, kBFloat16, Fp8Scales::Block128, false, kFloat8_e5m2);
+// Rows kernel with e5m2 codes (the hardware converter's E5M2 mode), bf16 x, block scales.
+EMBER_PARITY_CASE_TOL(fp8_linear_rows_m1_e5m2_bf16_block, 1e-2, 0.1, {
+  return fp8_lin(d, 1, 2048, 384, kBFloat16, Fp8Scales::Block128, false, kFloat8_e5m2);
 });
-// Rows kernel on weight slices: row stride 2080 bytes (a multiple of 16) > K = 2048, at column 0
-// (block scales cropped to the slice) and at column 16 (base 16 bytes in: still aligned).
+// Weight slices: row stride 2080 bytes (a multiple of 16) > K = 2048, at column 0 (block scales
+// cropped to the slice; rows kernel, M = 1) and at column 16 (base 16 bytes in: still aligned;
+// mma_rows_kernel, M = 3).
 EMBER_PARITY_CASE_TOL(fp8_linear_rows_m1_weight_slice, 1e-2, 0.1, { return fp8_lin_weight_slice(d, 1, 0); });
-EMBER_PARITY_CASE_TOL(fp8_linear_rows_m3_weight_slice_offset16, 1e-2, 0.1, { return fp8_lin_weight_slice(d, 3, 16); });
-// Rows kernel (M = 2 after the reshape) with x [2, 1, K]: the output keeps x's leading dims.
-EMBER_PARITY_CASE_TOL(fp8_linear_rows_leading_dims, 1e-2, 0.1, {
+EMBER_PARITY_CASE_TOL(fp8_linear_mma_rows_m3_weight_slice_offset16, 1e-2, 0.1, { return fp8_lin_weight_slice(d, 3, 16); });
+// x [2, 1, K] (M = 2 after the reshape: mma_rows_kernel): the output keeps x's leading dims.
+EMBER_PARITY_CASE_TOL(fp8_linear_leading_dims, 1e-2, 0.1, {
   const auto [w, s] = fp8_weight(d, 200, 2048, Fp8Scales::Block128);
   const Tensor out = fp8_linear(randn_on(d, {2, 1, 2048}, kBFloat16, 33), w, s, randn_on(d, {200}, kBFloat16, 34));
   EXPECT_EQ(out.sizes(), (std::vector<int64_t>{2, 1, 200})) << "on " << d.str();
@@ -170,6 +187,23 @@ EMBER_PARITY_CASE_TOL(fp8_linear_rows_leading_dims, 1e-2, 0.1, {
 EMBER_PARITY_CASE_TOL(fp8_linear_rows16_m1_bf16_block_partial_block, 1e-2, 0.1, { return fp8_lin(d, 1, 2048, 4100, kBFloat16, Fp8Scales::Block128, false); });
 // 16 lanes per row, K = 1040 (65 units: a predicated batch only), M = 3, f16 x, per-row scales, bias.
 EMBER_PARITY_CASE_TOL(fp8_linear_rows16_m3_f16_tail_rowwise_bias, 1e-2, 0.1, { return fp8_lin(d, 3, 1040, 4097, kFloat16, Fp8Scales::Rowwise, true); });
+// mma_rows_kernel, 4 warps a block: M = 6, K = 320 (5 steps of 64 codes, split 2, 2, 1, 0 over the
+// warps), N = 200 (a partial last tile of 16 rows), bf16 x, block scales, bias.
+EMBER_PARITY_CASE_TOL(fp8_linear_mma_rows_m6_bf16_k320_block_bias, 1e-2, 0.1, { return fp8_lin(d, 6, 320, 200, kBFloat16, Fp8Scales::Block128, true); });
+// mma_rows_kernel, 4 warps (563 tiles: more than one wave at 8): M = 2, K = 2048, N = 9000, tensorwise.
+EMBER_PARITY_CASE_TOL(fp8_linear_mma_rows_m2_bf16_n9000_tensorwise, 1e-2, 0.1, { return fp8_lin(d, 2, 2048, 9000, kBFloat16, Fp8Scales::Tensorwise, false); });
+// mma_rows_kernel, 8 warps (32 steps, 63 tiles): M = 3, K = 2048, N = 1000, e5m2 codes, block scales.
+EMBER_PARITY_CASE_TOL(fp8_linear_mma_rows_m3_e5m2_bf16_block, 1e-2, 0.1, {
+  return fp8_lin(d, 3, 2048, 1000, kBFloat16, Fp8Scales::Block128, false, kFloat8_e5m2);
+});
+// mma_rows_kernel, 16 warps (64 steps, 63 tiles): M = 8 of f16 x, K = 4096, N = 1000, per-row scales, bias.
+EMBER_PARITY_CASE_TOL(fp8_linear_mma_rows_m8_f16_k4096_rowwise_bias, 1e-2, 0.1, { return fp8_lin(d, 8, 4096, 1000, kFloat16, Fp8Scales::Rowwise, true); });
+// Special codes (NaN, +-inf) in the weight, both formats: mma_rows_kernel (M = 2, 3, 8) and the
+// rows kernel (M = 1).
+EMBER_PARITY_CASE_TOL(fp8_linear_m2_bf16_e4m3_nan_codes, 1e-2, 0.1, { return fp8_lin_specials(d, 2, kBFloat16, kFloat8_e4m3fn); });
+EMBER_PARITY_CASE_TOL(fp8_linear_m1_f16_e4m3_nan_codes, 1e-2, 0.1, { return fp8_lin_specials(d, 1, kFloat16, kFloat8_e4m3fn); });
+EMBER_PARITY_CASE_TOL(fp8_linear_m3_bf16_e5m2_inf_nan_codes, 1e-2, 0.1, { return fp8_lin_specials(d, 3, kBFloat16, kFloat8_e5m2); });
+EMBER_PARITY_CASE_TOL(fp8_linear_m8_f16_e5m2_inf_nan_codes, 1e-2, 0.1, { return fp8_lin_specials(d, 8, kFloat16, kFloat8_e5m2); });
 // Block scales of a weight with K <= 128: one scale column, [ceil(N/128), 1] = [3, 1], which is
 // NOT the per-row layout [N, 1] (weight row n takes scale row n / 128). Rows kernel (K = 128) and
 // run_rows' mma tiles (M = 9, K = 96).
