@@ -1,6 +1,6 @@
 // ember side of the decode benchmark (scripts/gpu_check.sh bench-decode runs it next to bench/torch_decode.py
 // in one device call). Reads cases ("gemv 1xKxN K N", "softmax ROWS VOCAB", "scaled_mm M K N MODE",
-// "weight_fp8 M K N") from stdin, prints one JSON object per case. Method, identical to the PyTorch
+// "weight_fp8 M K N", "linear M K N") from stdin, prints one JSON object per case. Method, identical to the PyTorch
 // script: a CUDA graph of a run of calls over inputs rotated through more than 4x the L2 (so HBM is measured, not the cache),
 // replayed 15 times after a warm-up; the median replay divided by the number of calls.
 // Each case is first checked against the CPU backend (small shapes) so a fast wrong kernel
@@ -51,6 +51,30 @@ void bench_gemv(const std::string& orientation, int64_t k, int64_t n) {
   fmt::print("{{\"impl\": \"ember\", \"op\": \"gemv\", \"case\": \"{} {} {}\", \"us\": {:.3f}, \"gbps\": {:.1f}, \"rel_err\": {:.2e}, "
              "\"graph_nodes_per_call\": {:.2f}}}\n",
              orientation, k, n, us, nbytes / us / 1e3, rel_err, nodes);
+}
+
+// bf16 linear of M rows against an nn.Linear weight [N, K] (small-batch decode).
+void bench_linear(int64_t m, int64_t k, int64_t n) {
+  const Device gpu = Device::cuda();
+  const int64_t nbytes = k * n * 2, copies = copies_for(nbytes), n_calls = std::max<int64_t>(copies, 20);
+  std::vector<Tensor> ws;
+  for (int64_t c = 0; c < copies; ++c) ws.push_back(randn({n, k}, kBFloat16, gpu, 100 + c));
+  const Tensor x = randn({m, k}, kBFloat16, gpu, 7);
+  double rel_err = -1;
+  if (k * n <= (64ll << 20)) {
+    const Tensor xc = x.to(Device::cpu()).to(kFloat32), wc = ws[0].to(Device::cpu()).to(kFloat32);
+    rel_err = bench::relative_error(linear(x, ws[0]), linear(xc, wc));
+  }
+  std::vector<std::function<void()>> calls;
+  for (int64_t i = 0; i < n_calls; ++i) {
+    const Tensor& w = ws[i % copies];
+    calls.push_back([&x, &w] { linear(x, w); });
+  }
+  double nodes = 0;
+  const double us = bench::time_graph(calls, 15, cudaStreamCaptureModeRelaxed, &nodes);
+  fmt::print("{{\"impl\": \"ember\", \"op\": \"linear\", \"case\": \"{} {} {}\", \"us\": {:.3f}, \"gbps\": {:.1f}, \"rel_err\": {:.2e}, "
+             "\"graph_nodes_per_call\": {:.2f}}}\n",
+             m, k, n, us, nbytes / us / 1e3, rel_err, nodes);
 }
 
 void bench_softmax(int64_t rows, int64_t vocab) {
@@ -185,6 +209,7 @@ int main() {
       if (op == "gemv") { std::string o; int64_t k, n; in >> o >> k >> n; bench_gemv(o, k, n); }
       else if (op == "softmax") { int64_t r, v; in >> r >> v; bench_softmax(r, v); }
       else if (op == "weight_fp8") { int64_t m, k, n; in >> m >> k >> n; bench_weight_fp8(m, k, n); }
+      else if (op == "linear") { int64_t m, k, n; in >> m >> k >> n; bench_linear(m, k, n); }
       else if (op == "scaled_mm") { int64_t m, k, n; std::string mode; in >> m >> k >> n >> mode; bench_scaled_mm(m, k, n, mode); }
     } catch (const std::exception& e) {
       fmt::print("{{\"impl\": \"ember\", \"op\": \"{}\", \"case\": \"{}\", \"error\": \"{}\"}}\n", op, line, e.what());

@@ -48,6 +48,11 @@ WEIGHT_FP8 = [(1, 2048, 4096), (1, 2048, 512), (1, 4096, 2048), (1, 2048, 8192),
               (2, 2048, 4096), (4, 2048, 4096), (8, 2048, 4096), (2, 4096, 2048), (8, 4096, 2048),
               (8, 2048, 512), (8, 4096, 14336)]
 
+# Small-batch decode (a few sequences): bf16 linear, x [M, K] @ W[N, K]^T, 2..8 rows on the
+# nn.Linear weights of Qwen3-30B-A3B (q, k/v, o), Llama-3-8B (gate/up, down) and Llama-3-70B (gate/up).
+LINEAR_ROWS = [(2, 2048, 4096), (4, 2048, 4096), (8, 2048, 4096), (8, 2048, 512), (8, 4096, 2048),
+               (2, 4096, 14336), (4, 4096, 14336), (8, 4096, 14336), (8, 14336, 4096), (4, 8192, 28672)]
+
 
 def gemv_cases():
     """(orientation, K, N) for all 96 shapes."""
@@ -66,3 +71,5 @@ if __name__ == "__main__":  # emits the case list for ember's C++ benchmark
             print(f"scaled_mm {m} {k} {n} {mode}")
     for m, k, n in WEIGHT_FP8:
         print(f"weight_fp8 {m} {k} {n}")
+    for m, k, n in LINEAR_ROWS:
+        print(f"linear {m} {k} {n}")

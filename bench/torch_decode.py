@@ -6,7 +6,7 @@ import sys
 
 import torch
 
-from shapes import SCALED_MM, SCALED_MM_MODES, SOFTMAX, gemv_cases
+from shapes import LINEAR_ROWS, SCALED_MM, SCALED_MM_MODES, SOFTMAX, gemv_cases
 from timing import time_graph
 
 L2_BYTES = 60 * 2**20
@@ -33,6 +33,18 @@ def bench_gemv(orientation, k, n, dtype=torch.bfloat16):
         fns = [lambda i=i: torch.mm(ws[i % c], x, out=outs[i % c]) for i in range(calls)]
     us = time_graph(fns)
     return {"op": "gemv", "case": f"{orientation} {k} {n}", "us": us, "gbps": nbytes / us / 1e3}
+
+
+def bench_linear(m, k, n, dtype=torch.bfloat16):
+    nbytes = k * n * 2
+    c = copies_for(nbytes)
+    calls = max(c, 20)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    ws = [torch.randn(n, k, device="cuda", dtype=dtype, generator=gen) for _ in range(c)]
+    x = torch.randn(m, k, device="cuda", dtype=dtype, generator=gen)
+    fns = [lambda i=i: torch.nn.functional.linear(x, ws[i % c]) for i in range(calls)]
+    us = time_graph(fns)
+    return {"op": "linear", "case": f"{m} {k} {n}", "us": us, "gbps": nbytes / us / 1e3}
 
 
 def bench_softmax(rows, vocab):
@@ -67,7 +79,7 @@ def bench_scaled_mm(m, k, n, mode):
 
 
 def main():
-    which = sys.argv[1:] or ["gemv", "softmax", "scaled_mm"]
+    which = sys.argv[1:] or ["gemv", "softmax", "scaled_mm", "linear"]
     if "gemv" in which:
         for o, k, n in gemv_cases():
             print(json.dumps({"impl": "torch", **bench_gemv(o, k, n)}), flush=True)
@@ -78,6 +90,9 @@ def main():
         for m, k, n in SCALED_MM:
             for mode in SCALED_MM_MODES:
                 print(json.dumps({"impl": "torch", **bench_scaled_mm(m, k, n, mode)}), flush=True)
+    if "linear" in which:
+        for m, k, n in LINEAR_ROWS:
+            print(json.dumps({"impl": "torch", **bench_linear(m, k, n)}), flush=True)
 
 
 if __name__ == "__main__":

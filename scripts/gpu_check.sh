@@ -100,8 +100,8 @@ if has bench || has bench-moe; then  # MOE_TOKENS: a subset of "1 2 4 8 16 64 51
   tokens=${MOE_TOKENS:-1 2 4 8 16 64 512}
   bench_pair moe "for t in $tokens; do ./build-gpu/bench/moe_bench \$t; done" "(cd bench && python3 torch_moe.py $tokens)"
 fi
-if has bench || has bench-decode; then  # DECODE_OPS: a subset of "gemv softmax scaled_mm weight_fp8"
-  ops=${DECODE_OPS:-gemv softmax scaled_mm weight_fp8}
+if has bench || has bench-decode; then  # DECODE_OPS: a subset of "gemv softmax scaled_mm weight_fp8 linear"
+  ops=${DECODE_OPS:-gemv softmax scaled_mm weight_fp8 linear}
   bench_pair decode "python3 bench/shapes.py | grep -E '^(${ops// /|}) ' | ./build-gpu/bench/decode_bench" "(cd bench && python3 torch_decode.py $ops)"
 fi
 if has bench || has bench-core; then

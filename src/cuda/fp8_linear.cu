@@ -2,7 +2,8 @@
 // (+ bias[n]), x f32/f16/bf16, w [N, K] e4m3fn or e5m2 with fp32 decoding scales.
 //   mma_rows_kernel  2..8 rows of 16-bit x (decode with a few sequences), K a multiple of 64, w
 //                 unit-stride along K with 16-byte rows, sm_80+: tensor cores, the rows of x as
-//                 the mma's columns (see the kernel), each weight byte read once.
+//                 the mma's columns, each weight byte read once (cuda/mma_rows.cuh, shared with
+//                 gemv.cu's 16-bit weights).
 //   rows_kernel   up to 8 rows of x otherwise (one row of 16-bit x; f32 x; K % 64 != 0), w
 //                 unit-stride along K with 16-byte rows and K a multiple of 16: a warp (or half a
 //                 warp, v2) per weight row n streams it with
@@ -38,7 +39,7 @@
 //      (session 25 call 1, us, rows kernel -> mma): 8x2048x4096 18.55 -> 5.86, 8x4096x14336 93.8 ->
 //      19.7, 2x2048x4096 7.18 -> 5.79, but 2x4096x2048 6.97 -> 9.13 (128 blocks of 4 warps: about 4
 //      warps an SM). Then 4, 8 and 16 warps a block (call 2): each shape wants the most warps that
-//      keep a whole batch per warp and one wave (mma_rows_warps). One build, two alternating runs
+//      keep a whole batch per warp and one wave (mma_rows.cuh's launch_mma_rows). One build, two alternating runs
 //      (call 3, us, rows kernel -> mma by that rule; bf16 linear): 2x4096x2048 7.02 -> 4.73 (8.62),
 //      8x4096x2048 18.03 -> 4.93 (12.04), 8x2048x512 10.30 -> 3.19 (4.56), 4x2048x4096 10.77 -> 4.34
 //      (8.21), 8x2048x8192 30.62 -> 7.21 (22.00), 8x4096x14336 94.28 -> 21.12 (67.90), 8x8192x28672
@@ -58,7 +59,7 @@
 #include "backend.h"
 #include "cuda/dependent_launch.cuh"
 #include "cuda/grouped_mm.h"
-#include "cuda/mma.cuh"
+#include "cuda/mma_rows.cuh"
 #include "cuda/moe_elements.cuh"
 #include "cuda/native_float.cuh"
 #include "cuda/runtime.h"
@@ -143,78 +144,6 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const uint4* __restrict_
   }
 }
 
-// mma_rows_kernel: 2..8 rows of 16-bit x on tensor cores, the rows of x as the mma's columns. A
-// block of 4, 8 or 16 warps owns 16 weight rows (n0 .. n0 + 15) and splits K's 64-code steps
-// among its warps; per step a thread loads 16 codes of rows g and g + 8 (one 16-byte load each,
-// k = 64 s + 16 q .. + 15) and the same 16 elements of x row g (the mma's column g, zero past m),
-// and feeds 4 mma.sync m16n8k16 with the codes decoded exactly to XT, the k order permuted alike
-// on both sides (moe.cu's down_mma_steps layout). A step's f32 sums are scaled by the rows' 128x128
-// block scale (one per 2 steps: n0 .. n0 + 15 share a block row). The warps' sums meet in shared
-// memory; thread (row, column) writes out[column][n0 + row].
-constexpr int kMmaMaxWarps = 16, kMmaSteps = 4;  // warps of a block (blockDim.x / 32); steps of 64 codes per batch of loads
-template <class XT, __nv_fp8_interpretation_t kFormat>
-__global__ void __launch_bounds__(kMmaMaxWarps * 32) mma_rows_kernel(const uint4* __restrict__ w, int64_t ldw_vec, int n, int steps,
-                                                                  const XT* __restrict__ x, int64_t ldx, int m,
-                                                                  const float* __restrict__ scale, int scale_kind, int64_t scale_ld,
-                                                                  const XT* __restrict__ bias, XT* __restrict__ out) {
-  wait_for_previous_kernel();
-  __shared__ float sums[kMmaMaxWarps][16][8];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32, g = lane / 4, q = lane % 4;
-  const int n0 = blockIdx.x * 16;
-  const uint4* top = w + static_cast<int64_t>(min(n0 + g, n - 1)) * ldw_vec + q;  // rows past N repeat the last
-  const uint4* bottom = w + static_cast<int64_t>(min(n0 + g + 8, n - 1)) * ldw_vec + q;
-  const bool column = g < m;
-  const uint4* xr = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(column ? g : 0) * ldx) + 2 * q;  // 16 elements = 2 loads
-  const float* block_scales = scale_kind == WeightScale::Block128 ? scale + static_cast<int64_t>(n0 / 128) * scale_ld : nullptr;
-  const int per = (steps + warps - 1) / warps, s_begin = min(steps, warp * per), s_end = min(steps, s_begin + per);
-  float run[4] = {};
-  const auto batch = [&](int s, int count) {  // steps s .. s + count - 1, count <= kMmaSteps
-    uint4 wt[kMmaSteps], wb[kMmaSteps], xv[kMmaSteps][2];
-    float step_scale[kMmaSteps];
-#pragma unroll
-    for (int l = 0; l < kMmaSteps; ++l) {
-      const bool ok = l < count;
-      wt[l] = ok ? __ldg(top + 4 * (s + l)) : make_uint4(0, 0, 0, 0);
-      wb[l] = ok ? __ldg(bottom + 4 * (s + l)) : make_uint4(0, 0, 0, 0);
-      xv[l][0] = ok && column ? __ldg(xr + 8 * (s + l)) : make_uint4(0, 0, 0, 0);
-      xv[l][1] = ok && column ? __ldg(xr + 8 * (s + l) + 1) : make_uint4(0, 0, 0, 0);
-      step_scale[l] = block_scales && ok ? __ldg(block_scales + (s + l) / 2) : 1.f;  // 128 codes = 2 steps
-    }
-#pragma unroll
-    for (int l = 0; l < kMmaSteps; ++l) {
-      if (l >= count) break;
-      const uint32_t t[4] = {wt[l].x, wt[l].y, wt[l].z, wt[l].w}, b[4] = {wb[l].x, wb[l].y, wb[l].z, wb[l].w};
-      const uint32_t h[8] = {xv[l][0].x, xv[l][0].y, xv[l][0].z, xv[l][0].w, xv[l][1].x, xv[l][1].y, xv[l][1].z, xv[l][1].w};
-      float c[4] = {};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {  // codes k = 64 s + 16 q + 4 j + (0..3)
-        const uint32_t a[4] = {decode_fp8x2<XT, kFormat>(t[j]), decode_fp8x2<XT, kFormat>(b[j]), decode_fp8x2<XT, kFormat>(t[j] >> 16),
-                               decode_fp8x2<XT, kFormat>(b[j] >> 16)};
-        mma16816<XT>(c, a, h[2 * j], h[2 * j + 1]);
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) run[i] = fmaf(c[i], step_scale[l], run[i]);
-    }
-  };
-  int s = s_begin;
-  for (; s + kMmaSteps <= s_end; s += kMmaSteps) batch(s, kMmaSteps);
-  if (s < s_end) batch(s, s_end - s);
-  dependents_may_launch();
-  // run = {D[g][2q], D[g][2q + 1], D[g + 8][2q], D[g + 8][2q + 1]}: rows g, g + 8; columns 2q, 2q + 1.
-  sums[warp][g][2 * q] = run[0];
-  sums[warp][g][2 * q + 1] = run[1];
-  sums[warp][g + 8][2 * q] = run[2];
-  sums[warp][g + 8][2 * q + 1] = run[3];
-  __syncthreads();
-  const int row = threadIdx.x % 16, col = threadIdx.x / 16;  // threads 0..127 = 16 rows x 8 columns
-  if (col >= m || n0 + row >= n) return;
-  float v = 0.f;
-  for (int k = 0; k < warps; ++k) v += sums[k][row][col];
-  const int r = n0 + row;
-  const float row_scale = scale_kind == WeightScale::Tensorwise ? scale[0] : scale_kind == WeightScale::Rowwise ? scale[r] : 1.f;
-  out[static_cast<int64_t>(col) * n + r] = from_f<XT>(fmaf(v, row_scale, bias ? to_f(bias[r]) : 0.f));
-}
-
 // The front end's [1], [N, 1] or [ceil(N/128), ceil(K/128)] scale (contiguous) as grouped_mm's
 // one-group [1, R, C] form; weight_scale tells the block scales' one-column case (K <= 128) from
 // per-row scales by R.
@@ -249,28 +178,13 @@ void launch_rows(const Tensor& x, const Tensor& weight, const Tensor& scale, con
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
-// Warps per mma_rows_kernel block: the most of 16 and 8 that still give every warp a whole batch
-// of steps and fit the grid in one wave of resident blocks, else 4 (the least the epilogue's 128
-// threads need). Session 25's sweep (H200, bf16 x, 1-8 rows) found this the fastest of 4, 8 and 16
-// on every shape: 2048x4096 8 warps, 4096x2048 16, 2048x8192 and 4096x14336 4.
-template <class XT, __nv_fp8_interpretation_t kFormat> int mma_rows_warps(int64_t tiles, int64_t steps, int device) {
-  for (int warps : {16, 8}) {
-    const int per_sm = resident_blocks_per_sm(reinterpret_cast<const void*>(mma_rows_kernel<XT, kFormat>), warps * 32, device);
-    if (steps >= int64_t{warps} * kMmaSteps && tiles <= int64_t{per_sm} * device_properties(device).multiProcessorCount) return warps;
-  }
-  return 4;
-}
-
 template <class XT, __nv_fp8_interpretation_t kFormat>
-void launch_mma_rows(const Tensor& x, const Tensor& weight, const Tensor& scale, const Tensor& bias, const Tensor& out, int device) {
-  const int64_t m = x.size(0), n = weight.size(0), k = weight.size(1);
-  const WeightScale ws = one_group_scale(scale, n);
-  const bool pdl = n * k < kPdlMaxWeightBytes && dependent_launches_enabled(device);
-  const int64_t tiles = (n + 15) / 16, steps = k / 64;
-  DependentLaunch(dim3(static_cast<unsigned>(tiles)), mma_rows_warps<XT, kFormat>(tiles, steps, device) * 32, 0, current_raw_stream(device), pdl)(
-      mma_rows_kernel<XT, kFormat>, static_cast<const uint4*>(weight.raw_data()), weight.stride(0) / 16, static_cast<int>(n),
-      static_cast<int>(steps), static_cast<const XT*>(x.raw_data()), x.stride(0), static_cast<int>(m), ws.ptr, ws.kind, ws.s1,
-      bias.defined() ? static_cast<const XT*>(bias.raw_data()) : nullptr, static_cast<XT*>(out.raw_data()));
+void launch_fp8_mma_rows(const Tensor& x, const Tensor& weight, const Tensor& scale, const Tensor& bias, const Tensor& out, int device) {
+  const int64_t n = weight.size(0), k = weight.size(1);
+  MmaRowsArgs<XT> a{weight.raw_data(), weight.stride(0), static_cast<const XT*>(x.raw_data()), x.stride(0),
+                    bias.defined() ? static_cast<const XT*>(bias.raw_data()) : nullptr, static_cast<XT*>(out.raw_data()), n, x.size(0), n, k,
+                    one_group_scale(scale, n), n * k < kPdlMaxWeightBytes && dependent_launches_enabled(device)};
+  launch_mma_rows<XT, true, kFormat>(a, device, current_raw_stream(device));
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
@@ -279,9 +193,10 @@ void launch_mma_rows(const Tensor& x, const Tensor& weight, const Tensor& scale,
 template <class XT> void launch_small_batch(const Tensor& x, const Tensor& weight, const Tensor& scale, const Tensor& bias, const Tensor& out, int device) {
   const bool e4m3 = weight.dtype() == kFloat8_e4m3fn;
   if constexpr (!std::is_same_v<XT, float>) {
-    if (x.size(0) >= 2 && weight.size(1) % 64 == 0 && compute_capability(device) >= 80) {
-      if (e4m3) launch_mma_rows<XT, __NV_E4M3>(x, weight, scale, bias, out, device);
-      else launch_mma_rows<XT, __NV_E5M2>(x, weight, scale, bias, out, device);
+    if (mma_rows_applies(x.size(0), weight.size(0), weight.size(1), 1, weight.raw_data(), weight.stride(0), x.raw_data(), x.stride(0),
+                         sizeof(XT), device)) {
+      if (e4m3) launch_fp8_mma_rows<XT, __NV_E4M3>(x, weight, scale, bias, out, device);
+      else launch_fp8_mma_rows<XT, __NV_E5M2>(x, weight, scale, bias, out, device);
       return;
     }
   }

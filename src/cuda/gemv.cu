@@ -188,6 +188,7 @@
 
 #include "cuda/dependent_launch.cuh"
 #include "cuda/gemv.h"
+#include "cuda/mma_rows.cuh"
 #include "cuda/native_float.cuh"
 #include "cuda/runtime.h"
 
@@ -1091,6 +1092,12 @@ void gemv(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& ou
       GemvArgs<T> g{b_ptr, 0, a_ptr, a.stride(1), bias_ptr, y, out.stride(1), n, k, m, pdl};
       if (b.stride(1) == 1 && (n == 1 || b.stride(2) != 1 || k == 1)) {
         g.ldw = b.stride(2);
+        if constexpr (sizeof(T) == 2) {
+          if (mma_rows_applies(m, n, k, sizeof(T), b_ptr, g.ldw, a_ptr, g.ldx, sizeof(T), device)) {
+            launch_mma_rows<T, false>({b_ptr, g.ldw, a_ptr, g.ldx, bias_ptr, y, g.ldy, m, n, k, {}, pdl}, device, stream);
+            return;
+          }
+        }
         launch_rows<T>(g, device, stream);
       } else {
         g.ldw = b.stride(1);
