@@ -3,6 +3,8 @@
 //
 // Kernels, by which way the matrix is unit-stride:
 //   row_warp_kernel  one input row of a 2-byte type, 16-byte rows, a warp per output row (v10).
+//   mma_rows_kernel  2..8 rows of 16-bit x against W unit-stride along K on tensor cores
+//                  (cuda/mma_rows.cuh, shared with fp8_linear.cu; v15).
 //   rows_kernel    W unit-stride along K (nn.Linear weight [N, K], i.e. x @ W^T, or W @ x with
 //                  W row-major). A group of threads owns one output row and streams it with
 //                  16-byte loads; groups are 32..256 threads wide depending on N, so small-N
@@ -119,7 +121,19 @@
 //      fence.acq_rel.gpu for the ticket's two __threadfence (MEMBAR.SC.GPU in the SASS), within
 //      0.5% either way.
 //   v14 (session 12) columns_kernel: one whole wave of blocks at its occupancy where each split
-//      keeps >= 192 rows of K (the large shapes); launch_columns has the numbers. (this)
+//      keeps >= 192 rows of K (the large shapes); launch_columns has the numbers.
+//   v15 (session 25) 2..8 rows of 16-bit x on tensor cores: mma_rows_kernel (cuda/mma_rows.cuh,
+//      written for fp8_linear), where rows_kernel's FFMAs per row of x had made 8 rows 2.3x one
+//      (8x4096x14336 68.3 us against 29.5), and 16-bit weights past 32 MiB or 6144 outputs to
+//      cuBLAS. One build, a host-only switch, two alternating runs, torch's F.linear in the same
+//      call (H200, us, mma / rows_kernel / cuBLAS / torch): 8x2048x512 3.43 / 4.54 / 5.78 / 5.83,
+//      4x2048x4096 6.85 / 8.04 / 7.10 / 7.20, 8x2048x4096 7.15 / 12.67 / 7.14 / 7.25, 8x4096x2048
+//      7.60 / 12.07 / 9.50 / 9.53, 8x2048x6144 8.99 / 16.94 / 9.32 / 9.41, 2x4096x4096 11.28 /
+//      11.68 / 13.33 / 13.30, 8x4096x4096 11.75 / 24.56 / 13.12 / 13.26; cuBLAS's: 8x2048x8192
+//      11.53 / 22.08 / 10.61 / 10.80, 2x4096x14336 36.26 / 32.79 / 30.45 / 30.49, 8x4096x14336
+//      38.46 / 67.86 / 30.28 / 30.34, 8x14336x4096 38.45 / 102.4 / 32.6 / 32.68, 4x8192x28672
+//      139.3 / 141.7 / 109.1 / 108.9. The mma kernel streams large weights at ~3.0-3.4 TB/s
+//      (a 16-row tile's 64-byte pieces per row and step), cuBLAS at ~3.9. (this)
 //   Not taken (session 11): columns_kernel adding its sums with 16-byte vector atomics
 //      (red.global.add.v4.f32, a quarter of the operations). Two calls, one build each, a temporary
 //      switch, three alternating runs per shape (H200, us, scalar -> vector): first call 14336x4096
@@ -1057,7 +1071,10 @@ bool gemv_applies(const Tensor& a, const Tensor& b, const Tensor& out) {
   if (n == 1) {  // A @ y: y = b column, out a column
     return (b.stride(1) == 1 || k == 1) && (out.stride(1) == 1) && (a.stride(2) == 1 || a.stride(1) == 1);
   }
-  // 2..8 rows of x against a weight unit-stride along K (x @ W^T with W [N, K]).
+  // 2..8 rows of x against a weight unit-stride along K (x @ W^T with W [N, K]). 16-bit weights
+  // beyond 32 MiB or 6144 outputs go to cuBLAS, which streams them faster than this file's kernels
+  // (v15's numbers).
+  if (d != kFloat32 && (k * n * 2 > (int64_t{32} << 20) || n > 6144)) return false;
   return m <= kGemvMaxRows && a.stride(2) == 1 && b.stride(1) == 1 && out.stride(2) == 1;
 }
 

@@ -11,7 +11,7 @@
 // layout). FP8: a step's f32 sums are scaled by the rows' 128x128 block scale (one per 2 steps:
 // n0 .. n0 + 15 share a block row); per-row and tensorwise scales multiply the final sums. The
 // warps' sums meet in shared memory; thread (row, column) writes out[column][n0 + row].
-// Versions and measurements: fp8_linear.cu (v3) and gemv.cu (v11).
+// Versions and measurements: fp8_linear.cu (v3) and gemv.cu (v15).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

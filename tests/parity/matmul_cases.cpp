@@ -57,19 +57,20 @@ EMBER_PARITY_CASE_TOL(linear_small_batch_rows, 2e-2, 2e-2, {
   return outs;
 });
 // The small-batch path on tensor cores (cuda/mma_rows.cuh: 2..8 rows of bf16/f16 x, K a multiple
-// of 32, 16-byte aligned rows), at each block size its rule picks: 16 warps (K = 2048: 64 steps,
-// 63 tiles), 8 (K = 1024: 32 steps), 4 (K = 512, N = 9000: 563 tiles); f16 with a bias; a weight
-// slice (rows 1056 values apart, K = 1024) with N = 1001 (a partial last tile of 16 rows); matmul
-// against W^T as a view.
+// of 32, 16-byte aligned rows, weights up to 32 MiB and 6144 outputs), at each block size its rule
+// picks: 16 warps (K = 2048: 64 steps, 63 tiles), 8 (K = 1024: 32 steps), 4 (K = 512: 16 steps);
+// f16 with a bias; a weight slice (rows 1056 values apart, K = 1024) with N = 1001 (a partial last
+// tile of 16 rows); matmul against W^T as a view; N = 9000 (past 6144 outputs: cuBLAS).
 EMBER_PARITY_CASE_TOL(linear_small_batch_mma_rows, 2e-2, 2e-2, {
   std::vector<Tensor> outs;
   const Tensor w16 = randn_on(d, {1000, 2048}, kFloat16, 130) * Scalar(0.05), b16 = randn_on(d, {1000}, kFloat16, 131);
   outs.push_back(linear(randn_on(d, {8, 2048}, kFloat16, 132), w16, b16).to(kFloat32));
   const Tensor w_slice = (randn_on(d, {1001, 1056}, kBFloat16, 133) * Scalar(0.05)).slice(1, 0, 1024);
   outs.push_back(linear(randn_on(d, {3, 1024}, kBFloat16, 134), w_slice, randn_on(d, {1001}, kBFloat16, 135)).to(kFloat32));
-  const Tensor w_tall = randn_on(d, {9000, 512}, kBFloat16, 136) * Scalar(0.05);
+  const Tensor w_tall = randn_on(d, {6000, 512}, kBFloat16, 136) * Scalar(0.05);
   outs.push_back(linear(randn_on(d, {2, 512}, kBFloat16, 137), w_tall).to(kFloat32));
   outs.push_back(matmul(randn_on(d, {5, 512}, kBFloat16, 138), w_tall.t()).to(kFloat32));
+  outs.push_back(linear(randn_on(d, {4, 512}, kBFloat16, 139), randn_on(d, {9000, 512}, kBFloat16, 140) * Scalar(0.05)).to(kFloat32));
   return outs;
 });
 // The columns layout x[1, K] @ B[K, N] with K split over blocks (atomics + last-block finish),
