@@ -1,6 +1,8 @@
 // FP8 quantization and scaled_mm against PyTorch (scripts/fixtures/make_fp8_fixtures.py).
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <ember/safetensors.h>
 
 #include "compare.h"
@@ -188,6 +190,26 @@ TEST(Fp8, LinearE5m2MatchesFloat64) {
   const Tensor bias = randn({n}, kFloat32, Device::cpu(), 47);
   expect_fp8_linear_matches(x, w, spread_scales({n, 1}, 48), ScaleLayout::PerRow, bias);
   expect_fp8_linear_matches(x.to(kBFloat16), w, spread_scales({2, 2}, 49), ScaleLayout::Blocks, std::nullopt);
+}
+
+// Special codes: an e4m3fn NaN (0x7F, 0xFF) makes its output row NaN; e5m2 +-inf (0x7C, 0xFC) make
+// it +-inf times the sign of that x element, e5m2 NaN (0x7E) NaN, like the float64 product.
+TEST(Fp8, LinearSpecialCodesPropagate) {
+  const int64_t n = 130, k = 200;
+  for (const DType dt : {kFloat8_e4m3fn, kFloat8_e5m2}) {
+    SCOPED_TRACE(name(dt));
+    const bool e4m3 = dt == kFloat8_e4m3fn;
+    const Tensor w = fp8_codes(n, k, 51, dt).contiguous();
+    auto* codes = static_cast<uint8_t*>(w.raw_data());
+    codes[3 * k + 10] = e4m3 ? 0x7F : 0x7C;
+    codes[70 * k + 199] = e4m3 ? 0xFF : 0xFC;
+    codes[129 * k + 0] = e4m3 ? 0x7F : 0x7E;
+    const Tensor x = randn({3, k}, kFloat32, Device::cpu(), 52);
+    expect_fp8_linear_matches(x, w, spread_scales({n, 1}, 53), ScaleLayout::PerRow, std::nullopt);
+    expect_fp8_linear_matches(x.to(kBFloat16), w, spread_scales({2, 2}, 54), ScaleLayout::Blocks, std::nullopt);
+    const std::vector<float> out = fp8_linear(x, w, spread_scales({n, 1}, 53)).to_vector<float>();
+    EXPECT_TRUE(std::isnan(out[129]) && (e4m3 ? std::isnan(out[3]) : std::isinf(out[3]))) << "the special rows must not come out finite";
+  }
 }
 
 // K <= 128 with N > 128: block scales [ceil(N/128), 1] have the per-row layout's trailing 1 but
