@@ -10,6 +10,7 @@
 
 #include "cuda/block_scale.h"
 #include "cuda/grouped_mm.h"
+#include "cuda/native_float.cuh"
 
 namespace ember::cuda::gmm {
 
@@ -72,17 +73,8 @@ __device__ __forceinline__ void unpack8(const Raw8<float>& r, float (&f)[8]) {
   for (int i = 0; i < 8; ++i) f[i] = __uint_as_float(w[i]);
 }
 __device__ __forceinline__ void unpack8(const Raw8<E4m3>& r, float (&f)[8]) {
-  const uint32_t w[2] = {r.q.x, r.q.y};
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const auto pair = static_cast<__nv_fp8x2_storage_t>(w[i] >> (16 * h));
-      const float2 v = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
-      f[i * 4 + h * 2] = v.x;
-      f[i * 4 + h * 2 + 1] = v.y;
-    }
-  }
+  decode_fp8x4(r.q.x, f);
+  decode_fp8x4(r.q.y, f + 4);
 }
 
 template <class T> __device__ __forceinline__ void load8(const T* p, float (&f)[8]) { unpack8(load_raw8(p), f); }
