@@ -30,8 +30,8 @@
 //                  for long K with few column tiles (one cluster per tile would leave most SMs
 //                  idle). 32 threads across a tile, 8 slices per block; when the grid of
 //                  tiles is too small to fill the GPU, K is also split over blocks (gridDim.y);
-//                  partial sums go to a workspace and the last block of each column tile (an
-//                  atomic ticket) writes them.
+//                  the blocks add their partial sums into a per-stream f32 accumulator and
+//                  columns_finalize_kernel, launched after it, writes y (v16).
 //
 // Versions tried (H200, bf16, 96 decode shapes vs torch.mm; docs/PERF.md has the tables):
 //   v1 rows: group width for ">= 2 waves of blocks", unrolled loop only while 4 loads fit, scalar
@@ -133,7 +133,18 @@
 //      11.53 / 22.08 / 10.61 / 10.80, 2x4096x14336 36.26 / 32.79 / 30.45 / 30.49, 8x4096x14336
 //      38.46 / 67.86 / 30.28 / 30.34, 8x14336x4096 38.45 / 102.4 / 32.6 / 32.68, 4x8192x28672
 //      139.3 / 141.7 / 109.1 / 108.9. The mma kernel streams large weights at ~3.0-3.4 TB/s
-//      (a 16-row tile's 64-byte pieces per row and step), cuBLAS at ~3.9. (this)
+//      (a 16-row tile's 64-byte pieces per row and step), cuBLAS at ~3.9.
+//   v16 (session 26) columns_kernel's split sums finished by a kernel of its own
+//      (columns_finalize_kernel, a programmatic dependent of it on sm_90) instead of each tile's
+//      last block by ticket: the fence, ticket and accumulator read had been ~1.4-1.8 us after the
+//      last main loop (session 11's and 23's stamps). 1xKxN 14336x3584 26.6 -> 25.9 us (3.86 ->
+//      3.97 TB/s), 4096x2048 8.1 -> 7.2; launch_columns has the numbers. Tried in the same session
+//      (branch s26-trials): splits of a fixed 64-512 rows, so the large shapes run several waves
+//      of short blocks and the block scheduler gives the faster SMs more (session 23's stamps had
+//      ~20 SMs idle for the last ~1.5 us). With the same finalize, 14336x3584 ran 25.4 us at 256
+//      rows (its one-wave grid), 26.1 at 128 and 27.1 at 64; 14336x4096 33.2 at 256 rows (1.13
+//      waves) and 29.4-29.6 at 512; 8192x28672 and 28672x8192 were fastest at their one-wave grid
+//      (~1200 rows); the mid shapes best near the rule's own split. (this)
 //   Not taken (session 11): columns_kernel adding its sums with 16-byte vector atomics
 //      (red.global.add.v4.f32, a quarter of the operations). Two calls, one build each, a temporary
 //      switch, three alternating runs per shape (H200, us, scalar -> vector): first call 14336x4096
@@ -378,13 +389,12 @@ constexpr int64_t kWaveSplitRows = 192;  // launch_columns: the fewest rows of K
 
 // columns: each thread owns VW consecutive outputs (VW = kVec or 1), 32 threads across a tile,
 // kSlices slices of K down the block; gridDim.y splits K further. With splits, every block adds
-// its sums into `accum` (f32, zero before the launch) and the last block of the tile (by ticket)
-// writes y and zeroes `accum` and its ticket again for the next launch on the stream.
+// its sums into `accum` (f32, zero before the launch) and exits; columns_finalize_kernel, the
+// next kernel on the stream, writes y and zeroes `accum` again for the next launch (v16).
 template <class T, bool VEC>
 __global__ void __launch_bounds__(kThreads) columns_kernel(const T* __restrict__ b, int64_t ldb, const T* __restrict__ x,
                                                            const T* __restrict__ bias, T* __restrict__ y, int64_t n,
-                                                           int64_t k, int64_t k_per_split, float* __restrict__ accum,
-                                                           unsigned* __restrict__ tickets) {
+                                                           int64_t k, int64_t k_per_split, float* __restrict__ accum) {
   wait_for_previous_kernel();
   constexpr int VW = VEC ? kVec<T> : 1;
   constexpr int kTile = 32 * VW;
@@ -449,23 +459,22 @@ __global__ void __launch_bounds__(kThreads) columns_kernel(const T* __restrict__
       y[col] = from_float<T>(s);
     }
   }
-  if (!split) return;
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&tickets[blockIdx.x], 1u) == gridDim.y - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int t = threadIdx.x; t < kTile; t += kThreads) {
-    const int64_t col = static_cast<int64_t>(blockIdx.x) * kTile + t;
-    if (col >= n) continue;
+}
+
+// The split columns kernel's last step: y = accum (+ bias), and accum zero again. Its wait returns
+// once every block of the kernel before has completed and its atomics are visible.
+template <class T>
+__global__ void __launch_bounds__(kThreads) columns_finalize_kernel(const T* __restrict__ bias, T* __restrict__ y, int64_t n,
+                                                                    float* __restrict__ accum) {
+  wait_for_previous_kernel();
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (col < n) {
     float s = __ldcg(&accum[col]);
     accum[col] = 0.f;
     if (bias) s += to_float(bias[col]);
     y[col] = from_float<T>(s);
   }
-  if (threadIdx.x == 0) tickets[blockIdx.x] = 0;
+  dependents_may_launch();
 }
 
 // The cluster columns kernel's tile: each thread owns kWidth consecutive outputs (16 bytes, or
@@ -836,15 +845,10 @@ template <class T> void launch_rows(const GemvArgs<T>& g, int device, cudaStream
   }
 }
 
-// The columns kernel's split-K state in the stream's zeroed scratch: one ticket per column tile,
-// then one f32 accumulator per output (the kernel leaves both zero).
-struct SplitState {
-  unsigned* tickets;
-  float* accum;
-};
-SplitState split_state_for(int device, cudaStream_t stream, int64_t tiles, int64_t n) {
-  auto* base = static_cast<unsigned*>(zeroed_stream_scratch(device, stream, ScratchPurpose::GemvSplitK, (tiles + n) * 4));
-  return {base, reinterpret_cast<float*>(base + tiles)};
+// The split columns kernel's f32 accumulator, one per output, in the stream's zeroed scratch
+// (columns_finalize_kernel leaves it zero).
+float* split_accumulator(int device, cudaStream_t stream, int64_t n) {
+  return static_cast<float*>(zeroed_stream_scratch(device, stream, ScratchPurpose::GemvSplitK, n * 4));
 }
 
 // The launch configuration of the cluster columns kernels: tiles x cluster blocks of `threads`,
@@ -1043,11 +1047,21 @@ template <class T> void launch_columns(const GemvArgs<T>& g, int device, cudaStr
   splits = std::min<int64_t>(splits, 65535);
   const int64_t k_per_split = (g.k + splits - 1) / splits;
   splits = (g.k + k_per_split - 1) / k_per_split;
-  SplitState state{nullptr, nullptr};
-  if (splits > 1) state = split_state_for(device, stream, tiles, g.n);
+  float* accum = splits > 1 ? split_accumulator(device, stream, g.n) : nullptr;
   const DependentLaunch launch(dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(splits)), kThreads, 0, stream, g.pdl);
-  if (vec) launch(columns_kernel<T, true>, g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k, k_per_split, state.accum, state.tickets);
-  else launch(columns_kernel<T, false>, g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k, k_per_split, state.accum, state.tickets);
+  if (vec) launch(columns_kernel<T, true>, g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k, k_per_split, accum);
+  else launch(columns_kernel<T, false>, g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k, k_per_split, accum);
+  // v16: a kernel of its own finishes the split sums, where the last block of each tile had (by an
+  // atomic ticket after a fence). One build, a temporary switch, two alternating runs over the 48
+  // 1xKxN shapes (H200, session 26, us, ticket -> finalize): 4096x2048 8.04-8.18 -> 7.13-7.20,
+  // 4096x4096 11.36-11.37 -> 10.42, 7168x2048 10.69-10.78 -> 9.94-10.00, 9216x2304 13.94-13.96 ->
+  // 13.36-13.39, 14336x3584 26.59-26.62 -> 25.86-25.94, 14336x4096 29.63-29.75 -> 29.16-29.17,
+  // 28672x8192 105.56-105.58 -> 105.00-105.03, 8192x28672 106.32-106.53 -> 106.05-106.09; the
+  // shapes on other kernels within 1.2%. Without dependent launches (EMBER_DISABLE_PDL=1) the two
+  // were within 1% of each other but 8192x28672 (+0.8%) and 4096x2048 (-3%).
+  if (splits > 1)
+    DependentLaunch(static_cast<unsigned>((g.n + kThreads - 1) / kThreads), kThreads, 0, stream, dependent_launches_enabled(device))(
+        columns_finalize_kernel<T>, g.bias, g.y, g.n, accum);
 }
 
 // The element type the kernels use for each ember dtype.

@@ -86,6 +86,21 @@ EMBER_PARITY_CASE_TOL(gemv_columns_split_k_bias, 2e-2, 2e-2, {
           matmul(w, col).to(kFloat32), linear(col.t(), w, bias).to(kFloat32)};
 });
 
+// columns_kernel with K split over blocks, finished by columns_finalize_kernel (shapes past the
+// batch and cluster kernels' rules): bf16 K 4096 x N 2056 (a partial last tile) with bias, twice
+// (the accumulator must be left zero), and as A @ v (A unit-stride along M); bf16 N 2051 (one
+// element per load) with bias; f32 K 5000 x N 1500; each a smaller N than the call before on the
+// same stream's accumulator.
+EMBER_PARITY_CASE_TOL(gemv_columns_split_finalize, 2e-2, 2e-2, {
+  const Tensor x = randn_on(d, {1, 4096}, kBFloat16, 180), b = randn_on(d, {4096, 2056}, kBFloat16, 181) * Scalar(0.05);
+  const Tensor bias = randn_on(d, {2056}, kBFloat16, 182);
+  const Tensor b2051 = randn_on(d, {3000, 2051}, kBFloat16, 183) * Scalar(0.05);
+  return {linear(x, b.t(), bias).to(kFloat32), linear(x, b.t(), bias).to(kFloat32),
+          matmul(b.t(), randn_on(d, {4096, 1}, kBFloat16, 184)).to(kFloat32),
+          linear(randn_on(d, {1, 3000}, kBFloat16, 185), b2051.t(), randn_on(d, {2051}, kBFloat16, 186)).to(kFloat32),
+          matmul(randn_on(d, {1, 5000}, kFloat32, 187), randn_on(d, {5000, 1500}, kFloat32, 188) * Scalar(0.05))};
+});
+
 // The rows layout on large matrices: bf16 K = 2048 with 6500 rows and a bias, f32 K = 16400 (one
 // 64 KB row per output), f16 K = 8192 as A @ v.
 EMBER_PARITY_CASE_TOL(gemv_rows_large, 2e-2, 2e-2, {
