@@ -1029,8 +1029,8 @@ template <class T> void launch_columns(const GemvArgs<T>& g, int device, cudaStr
   const int64_t tile = vec ? 32 * kVec<T> : 32;
   const int64_t tiles = (g.n + tile - 1) / tile;
   // Split K over blocks until ~4 blocks per SM, each thread keeping >= 2 rows of K. Where the
-  // splits of one whole wave at the kernel's occupancy (6 blocks of 256 threads per SM on the
-  // H200) keep >= kWaveSplitRows rows of K each, that wave instead (v14): the large shapes then
+  // splits of one whole wave at the kernel's occupancy (5 or 6 blocks of 256 threads per SM on
+  // the H200, by its registers) keep >= kWaveSplitRows rows of K each, that wave instead (v14): the large shapes then
   // leave no SM with a fifth block while most have four, and the shorter slices end closer
   // together. Measured (H200, session 12, one build, two runs each, us, ~4 per SM -> one wave):
   // 1xKxN 14336x3584 26.23-26.24 -> 26.08, 8192x28672 107.48-107.50 -> 106.30-106.33, 28672x8192
@@ -1041,8 +1041,12 @@ template <class T> void launch_columns(const GemvArgs<T>& g, int device, cudaStr
   const int64_t sms = device_properties(device).multiProcessorCount;
   int64_t splits = std::max<int64_t>(1, (4 * sms + tiles - 1) / tiles);
   const auto kernel = vec ? reinterpret_cast<const void*>(columns_kernel<T, true>) : reinterpret_cast<const void*>(columns_kernel<T, false>);
-  const int64_t wave_splits = sms * resident_blocks_per_sm(kernel, kThreads, device) / tiles;
+  const int64_t wave_blocks = sms * resident_blocks_per_sm(kernel, kThreads, device), wave_splits = wave_blocks / tiles;
   if (wave_splits > 0 && g.k / wave_splits >= kWaveSplitRows) splits = std::max(splits, wave_splits);
+  // Never part of a second wave where one wave holds every tile: at 44 registers (5 blocks per SM,
+  // v16's build) ~4 per SM rounded up to whole splits made 2048x65536's 256 tiles x 3 splits 1.16
+  // waves, 63.2 -> 76.1 us (H200, session 26).
+  if (wave_splits > 0 && splits * tiles > wave_blocks) splits = wave_splits;
   splits = std::min<int64_t>(splits, std::max<int64_t>(1, g.k / (2 * kSlices)));
   splits = std::min<int64_t>(splits, 65535);
   const int64_t k_per_split = (g.k + splits - 1) / splits;
