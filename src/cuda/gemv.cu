@@ -388,10 +388,12 @@ constexpr int kSlices = 8;  // K slices per block in the columns kernel
 constexpr int64_t kWaveSplitRows = 192;  // launch_columns: the fewest rows of K per split of a one-wave grid
 
 // columns: each thread owns VW consecutive outputs (VW = kVec or 1), 32 threads across a tile,
-// kSlices slices of K down the block; gridDim.y splits K further. With splits, every block adds
-// its sums into `accum` (f32, zero before the launch) and exits; columns_finalize_kernel, the
-// next kernel on the stream, writes y and zeroes `accum` again for the next launch (v16).
-template <class T, bool VEC>
+// kSlices slices of K down the block; gridDim.y splits K further. With splits (SPLIT), every
+// block adds its sums into `accum` (f32, zero before the launch) and exits;
+// columns_finalize_kernel, the next kernel on the stream, writes y and zeroes `accum` again for
+// the next launch (v16). SPLIT is a template parameter: one kernel with both endings took 44
+// registers for bf16 (5 blocks per SM), the split ending alone 39 (6).
+template <class T, bool VEC, bool SPLIT>
 __global__ void __launch_bounds__(kThreads) columns_kernel(const T* __restrict__ b, int64_t ldb, const T* __restrict__ x,
                                                            const T* __restrict__ bias, T* __restrict__ y, int64_t n,
                                                            int64_t k, int64_t k_per_split, float* __restrict__ accum) {
@@ -445,14 +447,13 @@ __global__ void __launch_bounds__(kThreads) columns_kernel(const T* __restrict__
 #pragma unroll
   for (int j = 0; j < VW; ++j) sums[slice][col_thread * VW + j] = acc[j];
   __syncthreads();
-  const bool split = gridDim.y > 1;
   for (int t = threadIdx.x; t < kTile; t += kThreads) {
     float s = 0.f;
 #pragma unroll
     for (int sl = 0; sl < kSlices; ++sl) s += sums[sl][t];
     const int64_t col = static_cast<int64_t>(blockIdx.x) * kTile + t;
     if (col >= n) continue;
-    if (split) {
+    if constexpr (SPLIT) {
       atomicAdd(&accum[col], s);
     } else {
       if (bias) s += to_float(bias[col]);
@@ -1040,12 +1041,12 @@ template <class T> void launch_columns(const GemvArgs<T>& g, int device, cudaStr
   // second wave: 14336x3584 26.70 -> 29.2-32.3 us.)
   const int64_t sms = device_properties(device).multiProcessorCount;
   int64_t splits = std::max<int64_t>(1, (4 * sms + tiles - 1) / tiles);
-  const auto kernel = vec ? reinterpret_cast<const void*>(columns_kernel<T, true>) : reinterpret_cast<const void*>(columns_kernel<T, false>);
+  const auto kernel = vec ? reinterpret_cast<const void*>(columns_kernel<T, true, true>) : reinterpret_cast<const void*>(columns_kernel<T, false, true>);
   const int64_t wave_blocks = sms * resident_blocks_per_sm(kernel, kThreads, device), wave_splits = wave_blocks / tiles;
   if (wave_splits > 0 && g.k / wave_splits >= kWaveSplitRows) splits = std::max(splits, wave_splits);
-  // Never part of a second wave where one wave holds every tile: at 44 registers (5 blocks per SM,
-  // v16's build) ~4 per SM rounded up to whole splits made 2048x65536's 256 tiles x 3 splits 1.16
-  // waves, 63.2 -> 76.1 us (H200, session 26).
+  // Never part of a second wave where one wave holds every tile: v16's first build ran the kernel
+  // at 44 registers (5 blocks per SM), where ~4 per SM rounded up to whole splits made
+  // 2048x65536's 256 tiles x 3 splits 1.16 waves, 63.2 -> 76.1 us (H200, session 26).
   if (wave_splits > 0 && splits * tiles > wave_blocks) splits = wave_splits;
   splits = std::min<int64_t>(splits, std::max<int64_t>(1, g.k / (2 * kSlices)));
   splits = std::min<int64_t>(splits, 65535);
@@ -1053,8 +1054,9 @@ template <class T> void launch_columns(const GemvArgs<T>& g, int device, cudaStr
   splits = (g.k + k_per_split - 1) / k_per_split;
   float* accum = splits > 1 ? split_accumulator(device, stream, g.n) : nullptr;
   const DependentLaunch launch(dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(splits)), kThreads, 0, stream, g.pdl);
-  if (vec) launch(columns_kernel<T, true>, g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k, k_per_split, accum);
-  else launch(columns_kernel<T, false>, g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k, k_per_split, accum);
+  const auto run = [&](auto kernel) { launch(kernel, g.w, g.ldw, g.x, g.bias, g.y, g.n, g.k, k_per_split, accum); };
+  if (splits == 1) return vec ? run(columns_kernel<T, true, false>) : run(columns_kernel<T, false, false>);
+  vec ? run(columns_kernel<T, true, true>) : run(columns_kernel<T, false, true>);
   // v16: a kernel of its own finishes the split sums, where the last block of each tile had (by an
   // atomic ticket after a fence). One build, a temporary switch, two alternating runs over the 48
   // 1xKxN shapes (H200, session 26, us, ticket -> finalize): 4096x2048 8.04-8.18 -> 7.13-7.20,
@@ -1063,9 +1065,8 @@ template <class T> void launch_columns(const GemvArgs<T>& g, int device, cudaStr
   // 28672x8192 105.56-105.58 -> 105.00-105.03, 8192x28672 106.32-106.53 -> 106.05-106.09; the
   // shapes on other kernels within 1.2%. Without dependent launches (EMBER_DISABLE_PDL=1) the two
   // were within 1% of each other but 8192x28672 (+0.8%) and 4096x2048 (-3%).
-  if (splits > 1)
-    DependentLaunch(static_cast<unsigned>((g.n + kThreads - 1) / kThreads), kThreads, 0, stream, dependent_launches_enabled(device))(
-        columns_finalize_kernel<T>, g.bias, g.y, g.n, accum);
+  DependentLaunch(static_cast<unsigned>((g.n + kThreads - 1) / kThreads), kThreads, 0, stream, dependent_launches_enabled(device))(
+      columns_finalize_kernel<T>, g.bias, g.y, g.n, accum);
 }
 
 // The element type the kernels use for each ember dtype.

@@ -90,7 +90,8 @@ EMBER_PARITY_CASE_TOL(gemv_columns_split_k_bias, 2e-2, 2e-2, {
 // batch and cluster kernels' rules): bf16 K 4096 x N 2056 (a partial last tile) with bias, twice
 // (the accumulator must be left zero), and as A @ v (A unit-stride along M); bf16 N 2051 (one
 // element per load) with bias; f32 K 5000 x N 1500; each a smaller N than the call before on the
-// same stream's accumulator.
+// same stream's accumulator. And the unsplit kernel: K 31 x N 150001 (one element per load, one
+// split: fewer than 32 rows of K).
 EMBER_PARITY_CASE_TOL(gemv_columns_split_finalize, 2e-2, 2e-2, {
   const Tensor x = randn_on(d, {1, 4096}, kBFloat16, 180), b = randn_on(d, {4096, 2056}, kBFloat16, 181) * Scalar(0.05);
   const Tensor bias = randn_on(d, {2056}, kBFloat16, 182);
@@ -98,7 +99,9 @@ EMBER_PARITY_CASE_TOL(gemv_columns_split_finalize, 2e-2, 2e-2, {
   return {linear(x, b.t(), bias).to(kFloat32), linear(x, b.t(), bias).to(kFloat32),
           matmul(b.t(), randn_on(d, {4096, 1}, kBFloat16, 184)).to(kFloat32),
           linear(randn_on(d, {1, 3000}, kBFloat16, 185), b2051.t(), randn_on(d, {2051}, kBFloat16, 186)).to(kFloat32),
-          matmul(randn_on(d, {1, 5000}, kFloat32, 187), randn_on(d, {5000, 1500}, kFloat32, 188) * Scalar(0.05))};
+          matmul(randn_on(d, {1, 5000}, kFloat32, 187), randn_on(d, {5000, 1500}, kFloat32, 188) * Scalar(0.05)),
+          linear(randn_on(d, {1, 31}, kBFloat16, 189), randn_on(d, {31, 150001}, kBFloat16, 190).t(),
+                 randn_on(d, {150001}, kBFloat16, 191)).to(kFloat32)};
 });
 
 // The rows layout on large matrices: bf16 K = 2048 with 6500 rows and a bias, f32 K = 16400 (one
