@@ -144,7 +144,15 @@
 //      ~20 SMs idle for the last ~1.5 us). With the same finalize, 14336x3584 ran 25.4 us at 256
 //      rows (its one-wave grid), 26.1 at 128 and 27.1 at 64; 14336x4096 33.2 at 256 rows (1.13
 //      waves) and 29.4-29.6 at 512; 8192x28672 and 28672x8192 were fastest at their one-wave grid
-//      (~1200 rows); the mid shapes best near the rule's own split. (this)
+//      (~1200 rows); the mid shapes best near the rule's own split. One kernel with both endings
+//      (split and not) compiled to 44 registers for bf16, 5 blocks per SM, which shrank the one-wave
+//      grids and made 2048x65536 1.16 waves (76.1 us); SPLIT as a template parameter gives the
+//      split kernel 39 (6 per SM). Final code, torch in the same call (call 7, a machine ~2% slower
+//      on every large stream than call 5's): 88 shapes geomean 1.350-1.353x, min 0.969x, 1xKxN
+//      14336x3584 3.92 TB/s, 3584x14336 3.90-3.92, 14336x4096 3.95. The SASS of the main loop (old
+//      and new, sm_90a) issues 2 of a batch's 4 weight loads, consumes the first, then issues the
+//      other 2; raw ld.global.nc loads (load_rows) compiled to one load in flight at 40 registers:
+//      not pursued. (this)
 //   Not taken (session 11): columns_kernel adding its sums with 16-byte vector atomics
 //      (red.global.add.v4.f32, a quarter of the operations). Two calls, one build each, a temporary
 //      switch, three alternating runs per shape (H200, us, scalar -> vector): first call 14336x4096

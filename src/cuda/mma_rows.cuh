@@ -12,6 +12,14 @@
 // n0 .. n0 + 15 share a block row); per-row and tensorwise scales multiply the final sums. The
 // warps' sums meet in shared memory; thread (row, column) writes out[column][n0 + row].
 // Versions and measurements: fp8_linear.cu (v3) and gemv.cu (v15).
+// Not taken (session 26, branch s26-trials; one build, a host switch, two alternating runs, H200,
+// us, this -> trial; docs/perf-runs/2026-12-01-s26-tables.txt): K's batches dealt to a block's
+// warps round robin (74 registers for 16-bit, 102-106 FP8): FP8 2-5% faster on most shapes
+// (8x4096x14336 21.35-21.41 -> 20.56, 8x2048x512 3.18 -> 2.80) but slower at 2x8192x28672 (63.2 ->
+// 68.2) and 8x2048x8192 (7.35 -> 7.52), no rule found; 16-bit mixed (8x2048x512 3.44 -> 3.16,
+// 8x4096x2048 7.50 -> 7.67). 8 steps per batch for 16-bit weights (118 registers): 8x2048x512
+// 3.44 -> 4.23, the rest within 1.5%; on large weights forced onto the kernel it closed most of
+// the gap to cuBLAS (8x4096x14336 35.6 -> 31.6, cuBLAS ~30.3) without passing it.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
