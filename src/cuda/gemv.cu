@@ -2,7 +2,8 @@
 // f32 accumulation. Bandwidth-bound: the goal is reading W once at HBM speed (H200 ~4.2 TB/s).
 //
 // Kernels, by which way the matrix is unit-stride:
-//   row_warp_kernel  one input row of a 2-byte type, 16-byte rows, a warp per output row (v10).
+//   row_warp_kernel  one input row of a 2-byte type, 16-byte rows, a warp per output row (v10);
+//                  row_parts_kernel, 2 warps per row, past 4096 rows (v17).
 //   mma_rows_kernel  2..8 rows of 16-bit x against W unit-stride along K on tensor cores
 //                  (cuda/mma_rows.cuh, shared with fp8_linear.cu; v15).
 //   rows_kernel    W unit-stride along K (nn.Linear weight [N, K], i.e. x @ W^T, or W @ x with
@@ -152,7 +153,12 @@
 //      14336x3584 3.92 TB/s, 3584x14336 3.90-3.92, 14336x4096 3.95. The SASS of the main loop (old
 //      and new, sm_90a) issues 2 of a batch's 4 weight loads, consumes the first, then issues the
 //      other 2; raw ld.global.nc loads (load_rows) compiled to one load in flight at 40 registers:
-//      not pursued. (this)
+//      not pursued.
+//   v17 (session 26) rows, one input row past 4096 rows: row_parts_kernel, 2 warps per row where
+//      each warp's part is whole batches of 4 loads (K a multiple of 2048 for 2-byte types), so a
+//      grid of 14336 rows is 3.4 waves of warps instead of 1.7. NxKx1 4096x14336 29.3 -> 27.7 us
+//      (4.01 -> 4.24 TB/s), 4096x128256 233.1 -> 227.0; launch_rows_group has the numbers. The
+//      routing was set after that call; no device time was left to run the final build. (this)
 //   Not taken (session 11): columns_kernel adding its sums with 16-byte vector atomics
 //      (red.global.add.v4.f32, a quarter of the operations). Two calls, one build each, a temporary
 //      switch, three alternating runs per shape (H200, us, scalar -> vector): first call 14336x4096
@@ -390,6 +396,40 @@ __global__ void __launch_bounds__(kThreads) row_warp_kernel(const uint4* __restr
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if (lane == 0) y[row] = from_float<T>(acc + (bias ? to_float(bias[row]) : 0.f));
+}
+
+// row_warp_kernel with PARTS warps of a block sharing a row, each a contiguous part of it in whole
+// batches (n_vec a multiple of PARTS * L * 32), their sums meeting in shared memory: 14336 rows
+// make 3.4 waves of warps instead of 1.7, a shorter last partial wave (v17).
+template <class T, int L, int PARTS>
+__global__ void __launch_bounds__(kThreads, 8) row_parts_kernel(const uint4* __restrict__ w, int ldw_vec, const uint4* __restrict__ x,
+                                                                const T* __restrict__ bias, T* __restrict__ y, int n_rows, int n_vec) {
+  wait_for_previous_kernel();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int row = (blockIdx.x * (kThreads / 32) + warp) / PARTS, part_len = n_vec / PARTS;
+  float acc = 0.f;
+  if (row < n_rows) {
+    const int begin = (warp % PARTS) * part_len;
+    const uint4* wr = w + static_cast<int64_t>(row) * ldw_vec + begin + lane;
+    const uint4* xr = x + begin + lane;
+    for (int i = 0; i < part_len; i += L * 32) {
+      uint4 v[L];
+#pragma unroll
+      for (int u = 0; u < L; ++u) v[u] = __ldg(wr + i + u * 32);
+#pragma unroll
+      for (int u = 0; u < L; ++u) acc = dot8_bits<T>(v[u], xr[i + u * 32], acc);
+    }
+  }
+  dependents_may_launch();
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  __shared__ float parts[kThreads / 32];
+  if (lane == 0) parts[warp] = acc;
+  __syncthreads();
+  if (lane != 0 || warp % PARTS != 0 || row >= n_rows) return;
+#pragma unroll
+  for (int p = 1; p < PARTS; ++p) acc += parts[warp + p];
+  y[row] = from_float<T>(acc + (bias ? to_float(bias[row]) : 0.f));
 }
 
 constexpr int kSlices = 8;  // K slices per block in the columns kernel
@@ -813,8 +853,17 @@ void launch_rows_group(const GemvArgs<T>& g, bool vec, cudaStream_t stream) {
       // those. bench/gemv_probe.cu "rows2" (H200), L4 -> L8: 14336x3584 26.75 -> 26.11 us, 7168x2048
       // 10.21 -> 9.47, 9216x2304 13.43 -> 12.68, 4096x4096 10.79 -> 10.36, 8192x2048 11.86 ->
       // 11.16, 3584x4096 the same; with 14336 rows L8 lost (3584x14336 25.36 -> 26.95, "rows").
+      // Past 4096 rows, rows of whole pairs of batches run 2 warps per row (v17). One build, a
+      // host switch, two alternating runs (H200, session 26, us, a warp per row -> 2): NxKx1
+      // 4096x14336 29.28-29.33 -> 27.69-27.71 (4.01 -> 4.24 TB/s), 4096x128256 233.0-233.2 ->
+      // 226.9-227.0, 8192x8192 32.72-33.06 -> 32.41-32.42, 2048x65536 60.46-60.48 -> 60.06-60.12,
+      // 2048x151936 136.1 -> 135.6-135.7, 2048x6144 7.90-7.96 -> 7.85-7.87, 2048x8192 9.68-9.70 ->
+      // 9.56-9.60; 8192x28672 104.9-105.0 -> 105.4 (+0.4%).
       if (g.n <= 4096 && n_vec >= 8 * 32)
         launch(row_warp_kernel<T, 8>, w, ldw_vec, x, g.bias, g.y, n, n_vec);
+      else if (n_vec % (2 * 4 * 32) == 0)
+        DependentLaunch(static_cast<unsigned>((2 * g.n + kThreads / 32 - 1) / (kThreads / 32)), kThreads, 0, stream, g.pdl)(
+            row_parts_kernel<T, 4, 2>, w, ldw_vec, x, g.bias, g.y, n, n_vec);
       else
         launch(row_warp_kernel<T, 4>, w, ldw_vec, x, g.bias, g.y, n, n_vec);
       return;

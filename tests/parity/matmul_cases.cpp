@@ -114,6 +114,16 @@ EMBER_PARITY_CASE_TOL(gemv_rows_large, 2e-2, 2e-2, {
   return {linear(x, w, bias).to(kFloat32), linear(x32, w32, randn_on(d, {400}, kFloat32, 97)), matmul(a16, v16).to(kFloat32)};
 });
 
+// One input row against more than 4096 rows of K a multiple of 2048 (16-bit): 2 warps per row
+// (row_parts_kernel). bf16 K 4096 x 4099 rows with bias (the last block's last pair of warps past
+// the rows), f16 K 2048 x 5001 rows of a wider matrix (rows 2056 values apart) as A @ v.
+EMBER_PARITY_CASE_TOL(gemv_rows_parts, 2e-2, 2e-2, {
+  const Tensor x = randn_on(d, {1, 4096}, kBFloat16, 192), w = randn_on(d, {4099, 4096}, kBFloat16, 193) * Scalar(0.05);
+  const Tensor a16 = (randn_on(d, {5001, 2056}, kFloat16, 194) * Scalar(0.05)).slice(1, 0, 2048);
+  return {linear(x, w, randn_on(d, {4099}, kBFloat16, 195)).to(kFloat32), linear(x, w).to(kFloat32),
+          matmul(a16, randn_on(d, {2048, 1}, kFloat16, 196)).to(kFloat32)};
+});
+
 // The columns layout on sm_90: one thread-block cluster per tile of columns (64 bf16/f16 or 32
 // f32 columns with 16-byte loads, 32 with one element per load) with K split over its blocks.
 // Edges: N not a multiple of the tile, K = 1 (a cluster of one block), K not a multiple of the
