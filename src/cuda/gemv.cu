@@ -158,7 +158,8 @@
 //      each warp's part is whole batches of 4 loads (K a multiple of 2048 for 2-byte types), so a
 //      grid of 14336 rows is 3.4 waves of warps instead of 1.7. NxKx1 4096x14336 29.3 -> 27.7 us
 //      (4.01 -> 4.24 TB/s), 4096x128256 233.1 -> 227.0; launch_rows_group has the numbers. The
-//      routing was set after that call; no device time was left to run the final build. (this)
+//      routing was set after that call (a host switch); the final build's SASS is the measured
+//      one's. (this)
 //   Not taken (session 11): columns_kernel adding its sums with 16-byte vector atomics
 //      (red.global.add.v4.f32, a quarter of the operations). Two calls, one build each, a temporary
 //      switch, three alternating runs per shape (H200, us, scalar -> vector): first call 14336x4096
@@ -1087,8 +1088,8 @@ template <class T> void launch_columns(const GemvArgs<T>& g, int device, cudaStr
   const int64_t tile = vec ? 32 * kVec<T> : 32;
   const int64_t tiles = (g.n + tile - 1) / tile;
   // Split K over blocks until ~4 blocks per SM, each thread keeping >= 2 rows of K. Where the
-  // splits of one whole wave at the kernel's occupancy (5 or 6 blocks of 256 threads per SM on
-  // the H200, by its registers) keep >= kWaveSplitRows rows of K each, that wave instead (v14): the large shapes then
+  // splits of one whole wave at the kernel's occupancy (6 blocks of 256 threads per SM on the
+  // H200) keep >= kWaveSplitRows rows of K each, that wave instead (v14): the large shapes then
   // leave no SM with a fifth block while most have four, and the shorter slices end closer
   // together. Measured (H200, session 12, one build, two runs each, us, ~4 per SM -> one wave):
   // 1xKxN 14336x3584 26.23-26.24 -> 26.08, 8192x28672 107.48-107.50 -> 106.30-106.33, 28672x8192
