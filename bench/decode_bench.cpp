@@ -53,25 +53,33 @@ void bench_gemv(const std::string& orientation, int64_t k, int64_t n) {
              orientation, k, n, us, nbytes / us / 1e3, rel_err, nodes);
 }
 
+// bf16 x [m, K] against nn.Linear weights [N, K] rotated through more than 4x the L2, and the
+// calls linear(x, w) over them: ember's bf16 linear, timed on its own (bench_linear) and beside
+// the FP8 cases. Not movable: the calls refer to its members.
+struct Bf16Linear {
+  std::vector<Tensor> ws;
+  Tensor x;
+  std::vector<std::function<void()>> calls;
+  Bf16Linear(int64_t m, int64_t k, int64_t n, uint64_t seed) : x(randn({m, k}, kBFloat16, Device::cuda(), seed)) {
+    const int64_t copies = copies_for(k * n * 2);
+    for (int64_t c = 0; c < copies; ++c) ws.push_back(randn({n, k}, kBFloat16, Device::cuda(), seed + 1 + c));
+    for (int64_t i = 0; i < std::max<int64_t>(copies, 20); ++i) calls.push_back([this, i] { linear(x, ws[i % ws.size()]); });
+  }
+  Bf16Linear(const Bf16Linear&) = delete;
+  Bf16Linear& operator=(const Bf16Linear&) = delete;
+};
+
 // bf16 linear of M rows against an nn.Linear weight [N, K] (small-batch decode).
 void bench_linear(int64_t m, int64_t k, int64_t n) {
-  const Device gpu = Device::cuda();
-  const int64_t nbytes = k * n * 2, copies = copies_for(nbytes), n_calls = std::max<int64_t>(copies, 20);
-  std::vector<Tensor> ws;
-  for (int64_t c = 0; c < copies; ++c) ws.push_back(randn({n, k}, kBFloat16, gpu, 100 + c));
-  const Tensor x = randn({m, k}, kBFloat16, gpu, 7);
+  const int64_t nbytes = k * n * 2;
+  const Bf16Linear lin(m, k, n, 100);
   double rel_err = -1;
   if (k * n <= (64ll << 20)) {
-    const Tensor xc = x.to(Device::cpu()).to(kFloat32), wc = ws[0].to(Device::cpu()).to(kFloat32);
-    rel_err = bench::relative_error(linear(x, ws[0]), linear(xc, wc));
-  }
-  std::vector<std::function<void()>> calls;
-  for (int64_t i = 0; i < n_calls; ++i) {
-    const Tensor& w = ws[i % copies];
-    calls.push_back([&x, &w] { linear(x, w); });
+    const Tensor xc = lin.x.to(Device::cpu()).to(kFloat32), wc = lin.ws[0].to(Device::cpu()).to(kFloat32);
+    rel_err = bench::relative_error(linear(lin.x, lin.ws[0]), linear(xc, wc));
   }
   double nodes = 0;
-  const double us = bench::time_graph(calls, 15, cudaStreamCaptureModeRelaxed, &nodes);
+  const double us = bench::time_graph(lin.calls, 15, cudaStreamCaptureModeRelaxed, &nodes);
   fmt::print("{{\"impl\": \"ember\", \"op\": \"linear\", \"case\": \"{} {} {}\", \"us\": {:.3f}, \"gbps\": {:.1f}, \"rel_err\": {:.2e}, "
              "\"graph_nodes_per_call\": {:.2f}}}\n",
              m, k, n, us, nbytes / us / 1e3, rel_err, nodes);
@@ -118,19 +126,7 @@ void bench_scaled_mm(int64_t m, int64_t k, int64_t n, const std::string& mode) {
   }
   double nodes = 0;
   const double us = bench::time_graph(calls, 15, cudaStreamCaptureModeRelaxed, &nodes);
-  double bf16_us = -1;
-  if (decode) {
-    std::vector<Tensor> wb;
-    const int64_t bcopies = copies_for(2 * nbytes);
-    for (int64_t c = 0; c < bcopies; ++c) wb.push_back(randn({n, k}, kBFloat16, gpu, 400 + c));
-    const Tensor xb = randn({m, k}, kBFloat16, gpu, 11);
-    std::vector<std::function<void()>> bcalls;
-    for (int64_t i = 0; i < std::max<int64_t>(bcopies, 20); ++i) {
-      const Tensor& w = wb[i % bcopies];
-      bcalls.push_back([&xb, &w] { linear(xb, w); });
-    }
-    bf16_us = bench::time_graph(bcalls);
-  }
+  const double bf16_us = decode ? bench::time_graph(Bf16Linear(m, k, n, 400).calls) : -1;
   fmt::print("{{\"impl\": \"ember\", \"op\": \"scaled_mm\", \"case\": \"{} {} {} {}\", \"us\": {:.3f}, \"gbps\": {:.1f}, "
              "\"tflops\": {:.1f}, \"bf16_us\": {:.3f}, \"rel_err\": {:.2e}, \"graph_nodes_per_call\": {:.2f}}}\n",
              m, k, n, mode, us, (m * k + nbytes) / us / 1e3, 2.0 * m * k * n / us / 1e6, bf16_us, rel_err, nodes);
@@ -146,14 +142,13 @@ void bench_scaled_mm(int64_t m, int64_t k, int64_t n, const std::string& mode) {
 void bench_weight_fp8(int64_t m, int64_t k, int64_t n) {
   const Device gpu = Device::cuda();
   const int64_t nbytes = k * n, copies = copies_for(nbytes), n_calls = std::max<int64_t>(copies, 20);
-  std::vector<Tensor> qs, scales, wb;
+  std::vector<Tensor> qs, scales;
   for (int64_t c = 0; c < copies; ++c) {
     auto [q, scale] = quantize_fp8(randn({n, k}, kFloat32, gpu, 500 + c), Fp8Granularity::Block128);
     qs.push_back(q);
     scales.push_back(scale);  // [ceil(N/128), ceil(K/128)]
   }
-  const int64_t bcopies = copies_for(2 * nbytes);
-  for (int64_t c = 0; c < bcopies; ++c) wb.push_back(randn({n, k}, kBFloat16, gpu, 600 + c));
+  const Bf16Linear bf16(m, k, n, 600);
   const Tensor x = randn({m, k}, kBFloat16, gpu, 12);
   const auto grouped = [&x, m](const Tensor& q, const Tensor& scale) {
     const Tensor offsets = full({1}, m, kInt32, x.device());
@@ -164,15 +159,14 @@ void bench_weight_fp8(int64_t m, int64_t k, int64_t n) {
     const Tensor ref = linear(x.to(Device::cpu()).to(kFloat32), dequantize_fp8(qs[0], scales[0]).to(Device::cpu()));
     rel_err = bench::relative_error(fp8_linear(x, qs[0], scales[0]), ref);
   }
-  std::vector<std::function<void()>> calls, gcalls, bcalls;
+  std::vector<std::function<void()>> calls, gcalls;
   for (int64_t i = 0; i < n_calls; ++i) {
     calls.push_back([&, i] { fp8_linear(x, qs[i % copies], scales[i % copies]); });
     gcalls.push_back([&, i] { grouped(qs[i % copies], scales[i % copies]); });
   }
-  for (int64_t i = 0; i < std::max<int64_t>(bcopies, 20); ++i) bcalls.push_back([&, i] { linear(x, wb[i % bcopies]); });
   double nodes = 0;
   const double us = bench::time_graph(calls, 15, cudaStreamCaptureModeRelaxed, &nodes);
-  const double grouped_us = bench::time_graph(gcalls), bf16_us = bench::time_graph(bcalls);
+  const double grouped_us = bench::time_graph(gcalls), bf16_us = bench::time_graph(bf16.calls);
   const auto eager = [](const std::vector<std::function<void()>>& fs) {  // median of 5 rounds of every call
     std::vector<double> rounds;
     for (int r = 0; r < 6; ++r) {
@@ -186,7 +180,7 @@ void bench_weight_fp8(int64_t m, int64_t k, int64_t n) {
     std::nth_element(rounds.begin(), rounds.begin() + 2, rounds.end());
     return rounds[2];
   };
-  const double eager_us = eager(calls), grouped_eager_us = eager(gcalls), bf16_eager_us = eager(bcalls);
+  const double eager_us = eager(calls), grouped_eager_us = eager(gcalls), bf16_eager_us = eager(bf16.calls);
   fmt::print("{{\"impl\": \"ember\", \"op\": \"weight_fp8\", \"case\": \"{} {} {}\", \"us\": {:.3f}, \"gbps\": {:.1f}, "
              "\"grouped_us\": {:.3f}, \"bf16_us\": {:.3f}, \"eager_us\": {:.3f}, \"grouped_eager_us\": {:.3f}, "
              "\"bf16_eager_us\": {:.3f}, \"rel_err\": {:.2e}, \"graph_nodes_per_call\": {:.2f}}}\n",

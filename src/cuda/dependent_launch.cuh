@@ -31,10 +31,12 @@
 
 namespace ember::cuda {
 
-/// The decode GEMVs (gemv.cu, fp8_linear.cu) go out as programmatic dependent launches below this
-/// many bytes of weights only: from 16 MiB up, gemv.cu's columns kernels measured slower so (its
-/// launch rule has the numbers).
-constexpr int64_t kPdlMaxWeightBytes = int64_t{16} << 20;
+/// Whether a decode GEMV (gemv.cu, fp8_linear.cu) streaming `weight_bytes` of weights goes out as a
+/// programmatic dependent launch: where they are enabled, and below 16 MiB of weights only (from
+/// there up gemv.cu's columns kernels measured slower so; its launch rule has the numbers).
+inline bool decode_gemv_dependent(int64_t weight_bytes, int device) {
+  return weight_bytes < (int64_t{16} << 20) && dependent_launches_enabled(device);
+}
 
 __device__ __forceinline__ void wait_for_previous_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -155,7 +155,7 @@ template <class XT, __nv_fp8_interpretation_t kFormat>
 void launch_rows(const Tensor& x, const Tensor& weight, const Tensor& scale, const Tensor& bias, const Tensor& out, int device) {
   const int64_t m = x.size(0), n = weight.size(0), k = weight.size(1);
   const WeightScale ws = one_group_scale(scale, n);
-  const bool pdl = n * k < kPdlMaxWeightBytes && dependent_launches_enabled(device);
+  const bool pdl = decode_gemv_dependent(n * k, device);
   // 16 lanes per row where that fills a lane's batch that 32 lanes would leave half empty (1024 <
   // K <= 2048) and the grid still has >= 256 blocks (v2 has the numbers).
   const bool half = k / 16 > 8 * kLoads && k / 16 <= 16 * kLoads && n >= 4096;
@@ -183,7 +183,7 @@ void launch_fp8_mma_rows(const Tensor& x, const Tensor& weight, const Tensor& sc
   const int64_t n = weight.size(0), k = weight.size(1);
   MmaRowsArgs<XT> a{weight.raw_data(), weight.stride(0), static_cast<const XT*>(x.raw_data()), x.stride(0),
                     bias.defined() ? static_cast<const XT*>(bias.raw_data()) : nullptr, static_cast<XT*>(out.raw_data()), n, x.size(0), n, k,
-                    one_group_scale(scale, n), n * k < kPdlMaxWeightBytes && dependent_launches_enabled(device)};
+                    one_group_scale(scale, n), decode_gemv_dependent(n * k, device)};
   launch_mma_rows<XT, true, kFormat>(a, device, current_raw_stream(device));
   EMBER_CUDA_CHECK_LAUNCH();
 }

@@ -368,6 +368,22 @@ __global__ void __launch_bounds__(kThreads) rows_kernel(const T* __restrict__ w,
 // group reduction), as the probe's "unpred L4". It runs in 32 registers where the general kernel
 // took 48, and the general kernel spilled under a 32-register cap (v10 above has the numbers).
 // L: 16-byte weight loads per lane and batch (the launcher's rule).
+// A warp's whole batches of L 16-byte loads per lane along a row, no predicates: the loads at
+// wr[i + 32 u] (wr, xr already offset by the lane) for i = 0, 32 L, ... while a batch fits in
+// `len`, dotted with x into acc. Returns where the whole batches end.
+template <class T, int L>
+__device__ __forceinline__ int row_batches(const uint4* __restrict__ wr, const uint4* __restrict__ xr, int len, float& acc) {
+  int i = 0;
+  for (; i + L * 32 <= len; i += L * 32) {
+    uint4 v[L];
+#pragma unroll
+    for (int u = 0; u < L; ++u) v[u] = __ldg(wr + i + u * 32);
+#pragma unroll
+    for (int u = 0; u < L; ++u) acc = dot8_bits<T>(v[u], xr[i + u * 32], acc);
+  }
+  return i;
+}
+
 template <class T, int L>
 __global__ void __launch_bounds__(kThreads) row_warp_kernel(const uint4* __restrict__ w, int ldw_vec, const uint4* __restrict__ x,
                                                             const T* __restrict__ bias, T* __restrict__ y, int n_rows, int n_vec) {
@@ -377,14 +393,7 @@ __global__ void __launch_bounds__(kThreads) row_warp_kernel(const uint4* __restr
   const uint4* wr = w + static_cast<int64_t>(row) * ldw_vec + lane;
   const uint4* xr = x + lane;
   float acc = 0.f;
-  int i = 0;
-  for (; i + L * 32 <= n_vec; i += L * 32) {  // whole batches, no predicates
-    uint4 v[L];
-#pragma unroll
-    for (int u = 0; u < L; ++u) v[u] = __ldg(wr + i + u * 32);
-#pragma unroll
-    for (int u = 0; u < L; ++u) acc = dot8_bits<T>(v[u], xr[i + u * 32], acc);
-  }
+  int i = row_batches<T, L>(wr, xr, n_vec, acc);
   if (i < n_vec) {  // one predicated batch
     uint4 v[L];
 #pragma unroll
@@ -413,13 +422,7 @@ __global__ void __launch_bounds__(kThreads, 8) row_parts_kernel(const uint4* __r
     const int begin = (warp % PARTS) * part_len;
     const uint4* wr = w + static_cast<int64_t>(row) * ldw_vec + begin + lane;
     const uint4* xr = x + begin + lane;
-    for (int i = 0; i < part_len; i += L * 32) {
-      uint4 v[L];
-#pragma unroll
-      for (int u = 0; u < L; ++u) v[u] = __ldg(wr + i + u * 32);
-#pragma unroll
-      for (int u = 0; u < L; ++u) acc = dot8_bits<T>(v[u], xr[i + u * 32], acc);
-    }
+    row_batches<T, L>(wr, xr, part_len, acc);
   }
   dependents_may_launch();
 #pragma unroll
@@ -1175,7 +1178,7 @@ void gemv(const Tensor& a, const Tensor& b, const Tensor& bias, const Tensor& ou
   // lm_head shapes unchanged. Likely the uneven start of early-resident blocks that
   // bench/stream_probe.cu "pdlgrid" shows; not pinned down for these kernels.
   const int64_t weight_bytes = (m == 1 || n != 1 ? k * n : m * k) * static_cast<int64_t>(out.itemsize());
-  const bool pdl = weight_bytes < kPdlMaxWeightBytes && dependent_launches_enabled(device);
+  const bool pdl = decode_gemv_dependent(weight_bytes, device);
   dispatch_gemv_type(out.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     const T* bias_ptr = bias.defined() ? static_cast<const T*>(bias.raw_data()) : nullptr;
