@@ -123,9 +123,16 @@ fi
 if has profile-moe; then
   # Per-kernel durations of the decode MoE layer (Qwen3-30B-A3B shapes, T=1) at normal clocks.
   stamp "profile moe"
-  # PROFILE_KERNELS / PROFILE_SKIP pick other kernels (e.g. "E4m3" and 10: the FP8 decode kernels).
-  ncu --clock-control none --kernel-name-base demangled --kernel-name regex:"${PROFILE_KERNELS:-decode|route|permute|gemv|rows_kernel}" --launch-skip ${PROFILE_SKIP:-40} --launch-count 24 \
-    ./build-gpu/bench/moe_bench 1 2>&1 | grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput" | head -120 > "$out/profile.txt"
+  # PROFILE_KERNELS / PROFILE_SKIP pick other kernels (e.g. "E4m3" and 10: the FP8 decode kernels);
+  # PROFILE_ARGS, moe_bench's arguments, may list several runs separated by ';' (e.g.
+  # "512 qwen3-30b-a3b bf16;512 qwen3-30b-a3b fp8": the prefill path's kernels).
+  IFS=';' read -ra profile_runs <<< "${PROFILE_ARGS:-1}"
+  for args in "${profile_runs[@]}"; do
+    echo "---- moe_bench $args" >> "$out/profile.txt"
+    # shellcheck disable=SC2086
+    ncu --clock-control none --kernel-name-base demangled --kernel-name regex:"${PROFILE_KERNELS:-decode|route|permute|gemv|rows_kernel}" --launch-skip ${PROFILE_SKIP:-40} --launch-count ${PROFILE_COUNT:-24} \
+      ./build-gpu/bench/moe_bench $args 2>&1 | grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput" | head -120 >> "$out/profile.txt"
+  done
   head -60 "$out/profile.txt"
 fi
 if has profile-moe-memory; then

@@ -11,11 +11,13 @@
 // Matrix-vector shapes go to the GEMV kernels (gemv.h).
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <climits>
 #include <optional>
 #include <vector>
 
 #include "core/matrix_layout.h"
+#include "cuda/blas.h"
 #include "cuda/gemv.h"
 #include "cuda/loops.cuh"
 
@@ -170,6 +172,29 @@ void product(const Tensor& a, const Tensor& b, const Tensor* bias, const Tensor&
 }
 
 }  // namespace
+
+bool linear_f32_out(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const DType d = a.dtype();
+  if ((d != kBFloat16 && d != kFloat16) || b.dtype() != d || out.dtype() != kFloat32 || a.dim() != 2 || b.dim() != 2 ||
+      out.dim() != 2)
+    return false;
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
+  // Leading dimensions as cuBLAS's column-major view sees them (any, for a single row).
+  const int64_t lda = m == 1 ? k : a.stride(0), ldb = n == 1 ? k : b.stride(0), ldo = m == 1 ? n : out.stride(0);
+  if (b.size(1) != k || out.size(0) != m || out.size(1) != n || m == 0 || n == 0 || k == 0 || a.stride(1) != 1 ||
+      b.stride(1) != 1 || out.stride(1) != 1 || lda < k || ldb < k || ldo < n ||
+      std::max({m, n, k, lda, ldb, ldo}) > INT_MAX)
+    return false;
+  const cudaDataType_t type = d == kBFloat16 ? CUDA_R_16BF : CUDA_R_16F;
+  const float one = 1.f, zero = 0.f;
+  // Column-major: out^T (n x m) = b (n x k, stored k x n) ^T-op times a^T (k x m).
+  check_cublas(cublasGemmEx(handle_for(out.device().index), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
+                            static_cast<int>(k), &one, b.raw_data(), type, static_cast<int>(ldb), a.raw_data(), type,
+                            static_cast<int>(lda), &zero, out.raw_data(), CUDA_R_32F, static_cast<int>(ldo), CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT),
+               "cublasGemmEx");
+  return true;
+}
 
 void bmm(const Tensor& a, const Tensor& b, const Tensor& out) { product(a, b, nullptr, out); }
 

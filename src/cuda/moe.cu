@@ -496,10 +496,13 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "backend.h"
+#include "cuda/blas.h"
 #include "cuda/dependent_launch.cuh"
 #include "cuda/grouped_mm.h"
 #include "cuda/mma.cuh"
@@ -1153,10 +1156,15 @@ __global__ void __launch_bounds__(kPermuteThreads) permute_kernel(const I* __res
     }
   }
   __syncthreads();
+  // Each chunk's ids are loaded one chunk ahead, so their global-memory latency overlaps the
+  // chunk before's barriers instead of adding to each of the pairs / 256 rounds (session 27's ncu:
+  // 22.8 us for 4096 pairs, Qwen3-30B-A3B T=512).
+  int b_next = tid < pairs ? bucket(tid) : -1;
   for (int64_t chunk = 0; chunk < pairs; chunk += kPermuteThreads) {
     const int64_t p = chunk + tid;
     const bool valid = p < pairs;
-    const int b = valid ? bucket(p) : -1;
+    const int b = b_next;
+    b_next = p + kPermuteThreads < pairs ? bucket(p + kPermuteThreads) : -1;
     const unsigned peers = __match_any_sync(0xffffffffu, b);
     const int rank = __popc(peers & ((1u << lane) - 1u));
     const bool leader = __ffs(peers) - 1 == lane;
@@ -1179,39 +1187,55 @@ __global__ void __launch_bounds__(kPermuteThreads) permute_kernel(const I* __res
 }
 
 // ---- prefill glue ---------------------------------------------------------------------------------
-template <class T>
+// Each kernel takes V elements per thread: 16-byte vectors (V = 16 / sizeof(T)) where every row
+// start and length is whole vectors (glue_vector), else V = 1. Session 27's ncu (H200,
+// Qwen3-30B-A3B T=512 bf16, one element per thread and a 64-bit division each): gather 13.5 us,
+// silu_mul 18.2, combine 22.0, for 17-25 MB of traffic each.
+template <class T, int V> struct alignas(sizeof(T) * V) Vec {
+  T v[V];
+};
+template <class T, int V> __device__ __forceinline__ Vec<T, V> load_vec(const T* p) { return *reinterpret_cast<const Vec<T, V>*>(p); }
+template <class T, int V> __device__ __forceinline__ void store_vec(T* p, const Vec<T, V>& v) { *reinterpret_cast<Vec<T, V>*>(p) = v; }
+
+template <class T, int V>
 __global__ void gather_rows_kernel(const T* __restrict__ x, int64_t x_rs, const int32_t* __restrict__ rows, int64_t n_rows, int64_t h,
                                    T* __restrict__ out, int64_t o_rs) {
   for (int64_t r = blockIdx.x; r < n_rows; r += gridDim.x) {
     const T* src = x + static_cast<int64_t>(rows[r]) * x_rs;
     T* dst = out + r * o_rs;
-    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) dst[c] = src[c];
+    for (int64_t c = threadIdx.x * int64_t{V}; c < h; c += blockDim.x * int64_t{V}) store_vec<T, V>(dst + c, load_vec<T, V>(src + c));
   }
 }
 
-template <class T>
+// out[r, c] = silu(g[r, c]) * u[r, c] for V consecutive c per thread.
+template <class T, int V>
 __global__ void silu_mul_kernel(const T* __restrict__ g, const T* __restrict__ u, int64_t in_rs, int64_t rows, int64_t cols,
                                 T* __restrict__ out, int64_t o_rs) {
-  const int64_t total = rows * cols;
+  const int64_t vectors = cols / V, total = rows * vectors;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / cols, c = i % cols;
-    out[r * o_rs + c] = from_f<T>(silu_f(to_f(g[r * in_rs + c])) * to_f(u[r * in_rs + c]));
+    const int64_t r = i / vectors, c = i % vectors * V;
+    const Vec<T, V> gv = load_vec<T, V>(g + r * in_rs + c), uv = load_vec<T, V>(u + r * in_rs + c);
+    Vec<T, V> o;
+#pragma unroll
+    for (int e = 0; e < V; ++e) o.v[e] = from_f<T>(silu_f(to_f(gv.v[e])) * to_f(uv.v[e]));
+    store_vec<T, V>(out + r * o_rs + c, o);
   }
 }
 
-// out[t, c] = sum_j w[t, j] * y[inverse[t*k + j], c] (+ sg[t] * ys[t, c]); an inverse entry out of
-// range is reported through the device error word and skipped.
-template <class T, class W>
+// out[t, c] = sum_j w[t, j] * y[inverse[t*k + j], c] (+ sg[t] * ys[t, c]), V consecutive c per
+// thread (the same sums in the same order at any V); an inverse entry out of range is reported
+// through the device error word and skipped.
+template <class T, class W, int V>
 __global__ void combine_kernel(const T* __restrict__ y, int64_t y_rs, int64_t y_rows, const int32_t* __restrict__ inverse,
                                const W* __restrict__ w, int64_t w_ts, int64_t w_ks, int64_t tokens, int k, int64_t h,
                                const T* __restrict__ ys, int64_t ys_rs, const float* __restrict__ sg, T* __restrict__ out,
                                int64_t o_rs, DeviceError* err) {
-  const int64_t total = tokens * h;
+  const int64_t vectors = h / V, total = tokens * vectors;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = i / h, c = i % h;
-    float acc = 0.f;
+    const int64_t t = i / vectors, c = i % vectors * V;
+    float acc[V] = {};
     for (int j = 0; j < k; ++j) {
       const int64_t pos = inverse[t * k + j];
       if (pos < 0 || pos >= y_rows) {
@@ -1221,10 +1245,21 @@ __global__ void combine_kernel(const T* __restrict__ y, int64_t y_rs, int64_t y_
         }
         continue;
       }
-      acc = fmaf(to_f(w[t * w_ts + j * w_ks]), to_f(y[pos * y_rs + c]), acc);
+      const float wj = to_f(w[t * w_ts + j * w_ks]);
+      const Vec<T, V> yv = load_vec<T, V>(y + pos * y_rs + c);
+#pragma unroll
+      for (int e = 0; e < V; ++e) acc[e] = fmaf(wj, to_f(yv.v[e]), acc[e]);
     }
-    if (ys) acc = fmaf(sg ? sg[t] : 1.f, to_f(ys[t * ys_rs + c]), acc);
-    out[t * o_rs + c] = from_f<T>(acc);
+    if (ys) {
+      const float s = sg ? sg[t] : 1.f;
+      const Vec<T, V> sv = load_vec<T, V>(ys + t * ys_rs + c);
+#pragma unroll
+      for (int e = 0; e < V; ++e) acc[e] = fmaf(s, to_f(sv.v[e]), acc[e]);
+    }
+    Vec<T, V> o;
+#pragma unroll
+    for (int e = 0; e < V; ++e) o.v[e] = from_f<T>(acc[e]);
+    store_vec<T, V>(out + t * o_rs + c, o);
   }
 }
 
@@ -1937,6 +1972,16 @@ bool rows_aligned(const Tensor& t, int64_t row_stride) {
 int64_t round8(int64_t v) { return (v + 7) / 8 * 8; }
 unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>(std::clamp<int64_t>((n + threads - 1) / threads, 1, 65535)); }
 
+// Calls f with the prefill glue kernels' V as an integral constant: 16 / sizeof(T) where rows of n
+// elements are whole 16-byte vectors for every (pointer, row stride) given, else 1.
+template <class T, class F> void with_glue_vector(int64_t n, std::initializer_list<std::pair<const void*, int64_t>> rows, F&& f) {
+  constexpr int kV = 16 / static_cast<int>(sizeof(T));
+  bool whole = n % kV == 0;
+  for (const auto& [ptr, rs] : rows) whole = whole && aligned16(ptr) && rs % kV == 0;
+  if (whole) f(std::integral_constant<int, kV>{});
+  else f(std::integral_constant<int, 1>{});
+}
+
 // Warps per block of gate_up_mma_kernel and down_mma_kernel at T > 1 (T = 1 keeps 4: one wave of
 // blocks whose pairs start as the router picks them). A block's warps split its rows' steps, so
 // with fewer warps each warp streams longer for every block's fixed costs (the wait, the pair
@@ -2055,12 +2100,23 @@ void rows_product(const Tensor& a, const Tensor& w, const Tensor& w_scale, const
   gmm::run_rows(p, device);
 }
 
+// a and b [G, R, C] as one [G, 2R, C] view where b's rows directly follow a's in the same storage
+// (gate and up cut from one gate_up tensor, or their scales); undefined otherwise.
+Tensor rows_then(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined() || a.dim() != 3 || b.sizes() != a.sizes() || b.strides() != a.strides() || b.dtype() != a.dtype() ||
+      b.storage() != a.storage() || b.storage_offset() != a.storage_offset() + a.size(1) * a.stride(1))
+    return Tensor();
+  return Tensor(a.storage(), {a.size(0), 2 * a.size(1), a.size(2)}, a.strides(), a.storage_offset(), a.dtype());
+}
+
 template <class T>
 void launch_silu_mul(const Tensor& gu, int64_t inter, const Tensor& h, cudaStream_t stream) {
   const int64_t rows = gu.size(0);
   const T* g = static_cast<const T*>(gu.raw_data());
-  silu_mul_kernel<T><<<blocks_for(rows * inter, 256), 256, 0, stream>>>(g, g + inter, gu.stride(0), rows, inter,
-                                                                        static_cast<T*>(h.raw_data()), h.stride(0));
+  with_glue_vector<T>(inter, {{g, gu.stride(0)}, {g + inter, gu.stride(0)}, {h.raw_data(), h.stride(0)}}, [&](auto v) {
+    silu_mul_kernel<T, v><<<blocks_for(rows * inter / v, 256), 256, 0, stream>>>(g, g + inter, gu.stride(0), rows, inter,
+                                                                                 static_cast<T*>(h.raw_data()), h.stride(0));
+  });
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
@@ -2101,10 +2157,12 @@ void moe_unpermute(const Tensor& y, const Tensor& inverse, const Tensor& weights
     with_float(weights.dtype(), [&](auto* w_tag) {
       using W = std::remove_pointer_t<decltype(w_tag)>;
       if constexpr (!std::is_same_v<T, double>) {
-        combine_kernel<T, W><<<blocks_for(t * h, 256), 256, 0, stream>>>(
-            static_cast<const T*>(y.raw_data()), y.stride(0), y.size(0), inv.data_ptr<int32_t>(), static_cast<const W*>(weights.raw_data()),
-            weights.stride(0), weights.stride(1), t, k, h, nullptr, 0, nullptr, static_cast<T*>(out.raw_data()), out.stride(0),
-            device_error_word(device));
+        with_glue_vector<T>(h, {{y.raw_data(), y.stride(0)}, {out.raw_data(), out.stride(0)}}, [&](auto v) {
+          combine_kernel<T, W, v><<<blocks_for(t * h / v, 256), 256, 0, stream>>>(
+              static_cast<const T*>(y.raw_data()), y.stride(0), y.size(0), inv.data_ptr<int32_t>(), static_cast<const W*>(weights.raw_data()),
+              weights.stride(0), weights.stride(1), t, k, h, nullptr, 0, nullptr, static_cast<T*>(out.raw_data()), out.stride(0),
+              device_error_word(device));
+        });
       }
     });
   });
@@ -2246,7 +2304,9 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
       });
     });
   } else {
-    rows_product(x, router_weight.unsqueeze(0), Tensor(), nullptr, logits, device);
+    // cuBLAS where it takes the operands as they are: session 27's ncu had the tile kernel at
+    // 16 us for Qwen3-30B-A3B's T=512 router (32 blocks of 16 rows, each the whole K).
+    if (!linear_f32_out(x, router_weight, logits)) rows_product(x, router_weight.unsqueeze(0), Tensor(), nullptr, logits, device);
     launch_route(ra, kFloat32, x.dtype(), stream);
   }
 
@@ -2335,12 +2395,24 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
   with_float(x.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     if constexpr (!std::is_same_v<T, double>) {
-      gather_rows_kernel<T><<<blocks_for(pairs, 1), 256, 0, stream>>>(static_cast<const T*>(x.raw_data()), x.stride(0),
-                                                                       tokens.data_ptr<int32_t>(), pairs, hidden,
-                                                                       static_cast<T*>(xs.raw_data()), xs.stride(0));
+      with_glue_vector<T>(hidden, {{x.raw_data(), x.stride(0)}, {xs.raw_data(), xs.stride(0)}}, [&](auto v) {
+        gather_rows_kernel<T, v><<<blocks_for(pairs, 1), 256, 0, stream>>>(static_cast<const T*>(x.raw_data()), x.stride(0),
+                                                                            tokens.data_ptr<int32_t>(), pairs, hidden,
+                                                                            static_cast<T*>(xs.raw_data()), xs.stride(0));
+      });
       EMBER_CUDA_CHECK_LAUNCH();
-      rows_product(xs, experts.gate, experts.gate_scale, offs, gu.narrow(1, 0, inter), device);
-      rows_product(xs, experts.up, experts.up_scale, offs, gu.narrow(1, inter, inter), device);
+      // gate and up as one product where they are the front end's views of one gate_up tensor:
+      // one launch of twice the tiles, x's rows read once per column tile of both.
+      const Tensor gate_up = rows_then(experts.gate, experts.up);
+      const bool same_scale = experts.gate_scale.defined() && experts.gate_scale.raw_data() == experts.up_scale.raw_data() &&
+                              experts.gate_scale.sizes() == experts.up_scale.sizes();  // one tensorwise scale
+      const Tensor gate_up_scale = same_scale ? experts.gate_scale : rows_then(experts.gate_scale, experts.up_scale);
+      if (gate_up.defined() && gate_up_scale.defined() == experts.gate_scale.defined()) {
+        rows_product(xs, gate_up, gate_up_scale, offs, gu, device);
+      } else {
+        rows_product(xs, experts.gate, experts.gate_scale, offs, gu.narrow(1, 0, inter), device);
+        rows_product(xs, experts.up, experts.up_scale, offs, gu.narrow(1, inter, inter), device);
+      }
       launch_silu_mul<T>(gu, inter, h, stream);
       rows_product(h, experts.down, experts.down_scale, offs, y, device);
       if (shared) {
@@ -2351,10 +2423,14 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
         launch_silu_mul<T>(gs, s_inter, hs, stream);
         rows_product(hs, options.shared->down.unsqueeze(0), Tensor(), nullptr, ys, device);
       }
-      combine_kernel<T, float><<<blocks_for(t * hidden, 256), 256, 0, stream>>>(
-          static_cast<const T*>(y.raw_data()), y.stride(0), pairs, inverse.data_ptr<int32_t>(), weights.data_ptr<float>(), k, 1, t, k,
-          hidden, ys.defined() ? static_cast<const T*>(ys.raw_data()) : nullptr, ys.defined() ? ys.stride(0) : 0,
-          shared_gate ? sg.data_ptr<float>() : nullptr, static_cast<T*>(out.raw_data()), out.stride(0), device_error_word(device));
+      const T* ys_rows = ys.defined() ? static_cast<const T*>(ys.raw_data()) : nullptr;
+      const int64_t ys_rs = ys.defined() ? ys.stride(0) : 0;
+      with_glue_vector<T>(hidden, {{y.raw_data(), y.stride(0)}, {ys_rows, ys_rs}, {out.raw_data(), out.stride(0)}}, [&](auto v) {
+        combine_kernel<T, float, v><<<blocks_for(t * hidden / v, 256), 256, 0, stream>>>(
+            static_cast<const T*>(y.raw_data()), y.stride(0), pairs, inverse.data_ptr<int32_t>(), weights.data_ptr<float>(), k, 1, t, k,
+            hidden, ys_rows, ys_rs, shared_gate ? sg.data_ptr<float>() : nullptr, static_cast<T*>(out.raw_data()), out.stride(0),
+            device_error_word(device));
+      });
       EMBER_CUDA_CHECK_LAUNCH();
     }
   });
