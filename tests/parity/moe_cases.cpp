@@ -361,6 +361,10 @@ EMBER_PARITY_CASE(moe_unpermute_bf16, {
   const MoePermutation p = moe_permute(randint_on(d, 0, 16, {11, 4}, kInt32, 46), 16);
   return {moe_unpermute(randn_on(d, {44, 72}, kBFloat16, 47), p.inverse, rand_on(d, {11, 4}, kFloat32, 48))};
 });
+EMBER_PARITY_CASE(moe_unpermute_bf16_odd_width, {  // 45 columns: one element per thread, not 16-byte vectors
+  const MoePermutation p = moe_permute(randint_on(d, 0, 16, {11, 4}, kInt32, 146), 16);
+  return {moe_unpermute(randn_on(d, {44, 45}, kBFloat16, 147), p.inverse, rand_on(d, {11, 4}, kFloat32, 148))};
+});
 
 // ---- the fused layer -------------------------------------------------------------------------------
 EMBER_PARITY_CASE(moe_layer_qwen3_like_decode_bf16, { return layer_case(d, config(1, 256, 32, 96, 8), 50); });
@@ -373,6 +377,16 @@ EMBER_PARITY_CASE(moe_layer_qwen35_shared_decode, { return layer_case(d, with_sh
 EMBER_PARITY_CASE(moe_layer_qwen35_shared_prefill, { return layer_case(d, with_shared(config(20, 256, 32, 64, 8)), 57); });
 EMBER_PARITY_CASE(moe_layer_fp8_block_decode, { return layer_case(d, with_fp8(config(2, 256, 16, 128, 4)), 58); });
 EMBER_PARITY_CASE(moe_layer_fp8_block_prefill, { return layer_case(d, with_fp8(config(50, 256, 16, 128, 4)), 59); });
+// The grouped path's gate and up as one product of the merged [E, 2I, H] view (rowwise scales, and
+// block scales over I = 256: gate's and up's rows in different blocks), strided x, I % 8 = 4 (the
+// glue one element per thread), separate gate and up (two products), and H = 36 (72-byte rows: the
+// wmma tiles, the glue one element per thread).
+EMBER_PARITY_CASE(moe_layer_t40_fp8_rowwise_prefill, { return layer_case(d, rowwise_fp8(config(40, 256, 16, 96, 8)), 140); });
+EMBER_PARITY_CASE(moe_layer_t40_fp8_block_i256_prefill, { return layer_case(d, with_fp8(config(40, 256, 16, 256, 8)), 141); });
+EMBER_PARITY_CASE(moe_layer_t40_f16_strided_x_prefill, { return layer_case(d, with_x_pad(config(40, 256, 32, 96, 8, kFloat16), 16), 142); });
+EMBER_PARITY_CASE(moe_layer_t40_i100_prefill, { return layer_case(d, with_down_pad(config(40, 256, 16, 100, 4), 4), 143); });
+EMBER_PARITY_CASE(moe_layer_t40_fp8_split_prefill, { return layer_case(d, split_fp8(config(40, 256, 16, 128, 4)), 144); });
+EMBER_PARITY_CASE(moe_layer_t40_bf16_h36_prefill, { return layer_case(d, config(40, 36, 16, 20, 4), 145); });
 EMBER_PARITY_CASE(moe_layer_odd_sizes_f32, { return layer_case(d, config(5, 36, 6, 20, 3, kFloat32), 60); });
 
 // The decode kernels at T > 1. The routed inputs send token t by channel t % 4, so tokens 4 apart
