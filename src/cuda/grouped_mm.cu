@@ -40,7 +40,16 @@
 //   v2  mma_tile_kernel (cp.async pipeline, ldmatrix, mma.sync): grouped_mm alone at T=512
 //       298 us bf16 (torch 333), 301 us FP8 (torch 356); the MoE layer 1.3-1.6x torch at T=64
 //       and 1.15-1.39x at T=512, except LFM2 (E=32, 1792 wide) at T=512: 0.79x grouped_mm bf16,
-//       0.68x FP8 (docs/PERF.md, 66a513c).
+//       0.68x FP8 (docs/PERF.md, 66a513c). Session 27 (the MoE layer's gate and up as one product
+//       of N = 2I): LFM2 T=512 FP8 gate 144.6 + up 144.2 us -> 244.5 (ncu).
+//   Rejected in session 27 (H200, one build, a host switch, two alternating runs of moe_bench):
+//   - FP8: stage kt + 1 decoded into a second tile while stage kt multiplies (one barrier per K
+//     step, not two): T=64 Qwen3-30B-A3B 315.3-315.9 -> 319.2-320.1 us, T=512 within +-1%.
+//   - The MoE gate_up fused here (A's rows gathered through the permuted token ids; a SwiGLU form,
+//     64 gate and the matching 64 up columns per tile, silu(gate) * up in the epilogue): T=512
+//     LFM2 bf16 489 -> 543 us against the unfused layer of that build, and its changes to this
+//     kernel (row pointers per thread, a column map) took grouped_mm LFM2 T=512 bf16 204 -> 329 us
+//     (branch s27-fused; a retry should keep the plain kernel's code as it is).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
