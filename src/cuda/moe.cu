@@ -2407,7 +2407,14 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
       const bool same_scale = experts.gate_scale.defined() && experts.gate_scale.raw_data() == experts.up_scale.raw_data() &&
                               experts.gate_scale.sizes() == experts.up_scale.sizes();  // one tensorwise scale
       const Tensor gate_up_scale = same_scale ? experts.gate_scale : rows_then(experts.gate_scale, experts.up_scale);
-      if (gate_up.defined() && gate_up_scale.defined() == experts.gate_scale.defined()) {
+      // The merged scales must be read as gate's are (two tensorwise scales side by side are not
+      // per-channel ones), and block scales only where up's first row starts a block: the kernels
+      // index them by weight row, (I + c) / 128 for up's channel c.
+      const auto kind = [](const Tensor& scale, int64_t n) { return gmm::weight_scale(scale, n).kind; };
+      const bool merged = gate_up.defined() && gate_up_scale.defined() == experts.gate_scale.defined() &&
+                          kind(gate_up_scale, 2 * inter) == kind(experts.gate_scale, inter) &&
+                          (kind(experts.gate_scale, inter) != gmm::WeightScale::Block128 || inter % 128 == 0);
+      if (merged) {
         rows_product(xs, gate_up, gate_up_scale, offs, gu, device);
       } else {
         rows_product(xs, experts.gate, experts.gate_scale, offs, gu.narrow(1, 0, inter), device);

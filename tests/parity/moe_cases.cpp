@@ -121,6 +121,7 @@ struct LayerConfig {
   MoeScoring scoring = MoeScoring::Softmax;
   bool bias = false, shared = false, fp8 = false;
   bool split = false;        // gate and up as two tensors (FP8 block scales of each, any intermediate size)
+  bool split_views = false;  // ... cut from one tensor of codes and one of scales
   int64_t down_pad = 0;      // down stored [E, H, I + pad] and narrowed: 16-byte rows for an I that is not a multiple of 8
   bool force_decode = false;  // EMBER_MOE_PATH=decode: the decode kernels where the size rule picks the grouped path
   bool no_fast_paths = false;  // EMBER_DISABLE_FAST_PATHS=1: on sm_90 the decode router's ticket path instead of its cluster (the CPU ignores it)
@@ -136,6 +137,7 @@ LayerConfig lfm2(int64_t t) { return {t, 192, 8, 112, 2, kBFloat16, MoeScoring::
 LayerConfig with_shared(LayerConfig c, int64_t inter = 48) { c.shared = true; c.shared_inter = inter; return c; }
 LayerConfig with_fp8(LayerConfig c) { c.fp8 = true; return c; }
 LayerConfig split_fp8(LayerConfig c) { c.fp8 = c.split = true; return c; }
+LayerConfig split_fp8_views(LayerConfig c) { c.fp8 = c.split = c.split_views = true; return c; }
 LayerConfig with_down_pad(LayerConfig c, int64_t pad) { c.down_pad = pad; return c; }
 LayerConfig forced_decode(LayerConfig c) { c.force_decode = true; return c; }
 LayerConfig rowwise_fp8(LayerConfig c) { c.fp8 = c.rowwise = true; return c; }
@@ -200,6 +202,15 @@ std::vector<Tensor> layer_case(Device d, const LayerConfig& c, uint64_t seed) {
     } else if (c.split) {
       std::tie(ex.gate, ex.gate_scale) = fp8_block(d, gate_up.narrow(1, 0, c.inter));
       std::tie(ex.up, ex.up_scale) = fp8_block(d, gate_up.narrow(1, c.inter, c.inter));
+      if (c.split_views) {  // gate's and up's codes, and their block scales, as views of one tensor each
+        const Tensor codes = cat({ex.gate.view(kUInt8), ex.up.view(kUInt8)}, 1).view(kFloat8_e4m3fn);
+        const Tensor scales = cat({ex.gate_scale, ex.up_scale}, 1);
+        const int64_t blocks = ex.gate_scale.size(1);
+        ex.gate = codes.narrow(1, 0, c.inter);
+        ex.up = codes.narrow(1, c.inter, c.inter);
+        ex.gate_scale = scales.narrow(1, 0, blocks);
+        ex.up_scale = scales.narrow(1, blocks, blocks);
+      }
     } else {
       std::tie(ex.gate_up, ex.gate_up_scale) = fp8_block(d, gate_up);
     }
@@ -386,6 +397,10 @@ EMBER_PARITY_CASE(moe_layer_t40_fp8_block_i256_prefill, { return layer_case(d, w
 EMBER_PARITY_CASE(moe_layer_t40_f16_strided_x_prefill, { return layer_case(d, with_x_pad(config(40, 256, 32, 96, 8, kFloat16), 16), 142); });
 EMBER_PARITY_CASE(moe_layer_t40_i100_prefill, { return layer_case(d, with_down_pad(config(40, 256, 16, 100, 4), 4), 143); });
 EMBER_PARITY_CASE(moe_layer_t40_fp8_split_prefill, { return layer_case(d, split_fp8(config(40, 256, 16, 128, 4)), 144); });
+// Separate gate and up whose codes and block scales lie side by side in one tensor each: one product
+// at I = 128 (up's rows start a block), two at I = 96 (up's first rows would read gate's last block).
+EMBER_PARITY_CASE(moe_layer_t40_fp8_split_views_prefill, { return layer_case(d, split_fp8_views(config(40, 256, 16, 128, 4)), 146); });
+EMBER_PARITY_CASE(moe_layer_t40_fp8_split_views_i96_prefill, { return layer_case(d, split_fp8_views(config(40, 256, 16, 96, 4)), 147); });
 EMBER_PARITY_CASE(moe_layer_t40_bf16_h36_prefill, { return layer_case(d, config(40, 36, 16, 20, 4), 145); });
 EMBER_PARITY_CASE(moe_layer_odd_sizes_f32, { return layer_case(d, config(5, 36, 6, 20, 3, kFloat32), 60); });
 
