@@ -185,7 +185,7 @@ bool linear_f32_out(const Tensor& a, const Tensor& b, const Tensor& out) {
       b.stride(1) != 1 || out.stride(1) != 1 || lda < k || ldb < k || ldo < n ||
       std::max({m, n, k, lda, ldb, ldo}) > INT_MAX)
     return false;
-  const cudaDataType_t type = d == kBFloat16 ? CUDA_R_16BF : CUDA_R_16F;
+  const cudaDataType_t type = gemm_types(d).data;
   const float one = 1.f, zero = 0.f;
   // Column-major: out^T (n x m) = b (n x k, stored k x n) ^T-op times a^T (k x m).
   check_cublas(cublasGemmEx(handle_for(out.device().index), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),

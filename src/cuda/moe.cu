@@ -505,6 +505,7 @@
 #include "cuda/blas.h"
 #include "cuda/dependent_launch.cuh"
 #include "cuda/grouped_mm.h"
+#include "cuda/loops.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/moe_elements.cuh"
 #include "cuda/runtime.h"
@@ -1187,13 +1188,10 @@ __global__ void __launch_bounds__(kPermuteThreads) permute_kernel(const I* __res
 }
 
 // ---- prefill glue ---------------------------------------------------------------------------------
-// Each kernel takes V elements per thread: 16-byte vectors (V = 16 / sizeof(T)) where every row
-// start and length is whole vectors (glue_vector), else V = 1. Session 27's ncu (H200,
-// Qwen3-30B-A3B T=512 bf16, one element per thread and a 64-bit division each): gather 13.5 us,
-// silu_mul 18.2, combine 22.0, for 17-25 MB of traffic each.
-template <class T, int V> struct alignas(sizeof(T) * V) Vec {
-  T v[V];
-};
+// Each kernel takes V elements per thread (loops.cuh's Vec): 16-byte vectors (V = 16 / sizeof(T))
+// where every row start and length is whole vectors (with_glue_vector), else V = 1. Session 27's
+// ncu (H200, Qwen3-30B-A3B T=512 bf16, one element per thread and a 64-bit division each): gather
+// 13.5 us, silu_mul 18.2, combine 22.0, for 17-25 MB of traffic each.
 template <class T, int V> __device__ __forceinline__ Vec<T, V> load_vec(const T* p) { return *reinterpret_cast<const Vec<T, V>*>(p); }
 template <class T, int V> __device__ __forceinline__ void store_vec(T* p, const Vec<T, V>& v) { *reinterpret_cast<Vec<T, V>*>(p) = v; }
 
@@ -2100,15 +2098,6 @@ void rows_product(const Tensor& a, const Tensor& w, const Tensor& w_scale, const
   gmm::run_rows(p, device);
 }
 
-// a and b [G, R, C] as one [G, 2R, C] view where b's rows directly follow a's in the same storage
-// (gate and up cut from one gate_up tensor, or their scales); undefined otherwise.
-Tensor rows_then(const Tensor& a, const Tensor& b) {
-  if (!a.defined() || !b.defined() || a.dim() != 3 || b.sizes() != a.sizes() || b.strides() != a.strides() || b.dtype() != a.dtype() ||
-      b.storage() != a.storage() || b.storage_offset() != a.storage_offset() + a.size(1) * a.stride(1))
-    return Tensor();
-  return Tensor(a.storage(), {a.size(0), 2 * a.size(1), a.size(2)}, a.strides(), a.storage_offset(), a.dtype());
-}
-
 template <class T>
 void launch_silu_mul(const Tensor& gu, int64_t inter, const Tensor& h, cudaStream_t stream) {
   const int64_t rows = gu.size(0);
@@ -2401,21 +2390,10 @@ void moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts& e
                                                                             static_cast<T*>(xs.raw_data()), xs.stride(0));
       });
       EMBER_CUDA_CHECK_LAUNCH();
-      // gate and up as one product where they are the front end's views of one gate_up tensor:
-      // one launch of twice the tiles, x's rows read once per column tile of both.
-      const Tensor gate_up = rows_then(experts.gate, experts.up);
-      const bool same_scale = experts.gate_scale.defined() && experts.gate_scale.raw_data() == experts.up_scale.raw_data() &&
-                              experts.gate_scale.sizes() == experts.up_scale.sizes();  // one tensorwise scale
-      const Tensor gate_up_scale = same_scale ? experts.gate_scale : rows_then(experts.gate_scale, experts.up_scale);
-      // The merged scales must be read as gate's are (two tensorwise scales side by side are not
-      // per-channel ones), and block scales only where up's first row starts a block: the kernels
-      // index them by weight row, (I + c) / 128 for up's channel c.
-      const auto kind = [](const Tensor& scale, int64_t n) { return gmm::weight_scale(scale, n).kind; };
-      const bool merged = gate_up.defined() && gate_up_scale.defined() == experts.gate_scale.defined() &&
-                          kind(gate_up_scale, 2 * inter) == kind(experts.gate_scale, inter) &&
-                          (kind(experts.gate_scale, inter) != gmm::WeightScale::Block128 || inter % 128 == 0);
-      if (merged) {
-        rows_product(xs, gate_up, gate_up_scale, offs, gu, device);
+      // gate and up as one product where the caller gave them as one gate_up tensor: one launch
+      // of twice the tiles, x's rows read once per column tile of both.
+      if (experts.gate_up.defined()) {
+        rows_product(xs, experts.gate_up, experts.gate_up_scale, offs, gu, device);
       } else {
         rows_product(xs, experts.gate, experts.gate_scale, offs, gu.narrow(1, 0, inter), device);
         rows_product(xs, experts.up, experts.up_scale, offs, gu.narrow(1, inter, inter), device);

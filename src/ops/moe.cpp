@@ -263,6 +263,7 @@ Tensor moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts&
               "expert weights: expected gate_up, or gate and up, got {}", merged ? "gate_up and gate/up" : "neither");
   if (merged) {
     check_weight(op, experts.gate_up, "gate_up", e, 2 * inter, h);
+    w.gate_up = experts.gate_up;  // kept beside its halves: a backend may run gate and up as one product
     w.gate = experts.gate_up.narrow(1, 0, inter);
     w.up = experts.gate_up.narrow(1, inter, inter);
   } else {
@@ -282,6 +283,7 @@ Tensor moe_layer(const Tensor& x, const Tensor& router_weight, const MoeExperts&
     if (merged) {
       ops::check_defined(op, experts.gate_up_scale, "gate_up_scale");
       const Tensor s = normalized_weight_scale(op, experts.gate_up_scale, e, 2 * inter, h);
+      w.gate_up_scale = s;
       const int64_t r = s.size(1);
       if (r == 1) {
         w.gate_scale = w.up_scale = s;

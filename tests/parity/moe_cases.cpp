@@ -397,8 +397,9 @@ EMBER_PARITY_CASE(moe_layer_t40_fp8_block_i256_prefill, { return layer_case(d, w
 EMBER_PARITY_CASE(moe_layer_t40_f16_strided_x_prefill, { return layer_case(d, with_x_pad(config(40, 256, 32, 96, 8, kFloat16), 16), 142); });
 EMBER_PARITY_CASE(moe_layer_t40_i100_prefill, { return layer_case(d, with_down_pad(config(40, 256, 16, 100, 4), 4), 143); });
 EMBER_PARITY_CASE(moe_layer_t40_fp8_split_prefill, { return layer_case(d, split_fp8(config(40, 256, 16, 128, 4)), 144); });
-// Separate gate and up whose codes and block scales lie side by side in one tensor each: one product
-// at I = 128 (up's rows start a block), two at I = 96 (up's first rows would read gate's last block).
+// Separate gate and up whose codes and block scales lie side by side in one tensor each, at I = 128
+// (up's rows start a block) and I = 96 (up's first rows share a block with gate's last): each half
+// is read with its own scales.
 EMBER_PARITY_CASE(moe_layer_t40_fp8_split_views_prefill, { return layer_case(d, split_fp8_views(config(40, 256, 16, 128, 4)), 146); });
 EMBER_PARITY_CASE(moe_layer_t40_fp8_split_views_i96_prefill, { return layer_case(d, split_fp8_views(config(40, 256, 16, 96, 4)), 147); });
 EMBER_PARITY_CASE(moe_layer_t40_bf16_h36_prefill, { return layer_case(d, config(40, 36, 16, 20, 4), 145); });
